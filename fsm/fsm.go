@@ -1,0 +1,232 @@
+package fsm
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/internal/secret"
+)
+
+// FSM is the replicated state machine. Apply, ApplyBatch, Snapshot and
+// Restore are called by Raft from one goroutine; the read methods may be
+// called from any goroutine and see a consistent state.
+type FSM struct {
+	mu sync.RWMutex
+	st *state
+}
+
+var _ raft.BatchingFSM = (*FSM)(nil)
+
+// New returns an empty state machine with the default settings.
+func New() *FSM {
+	return &FSM{st: newState()}
+}
+
+// Apply decodes and applies one committed log entry. It panics on an entry
+// it cannot decode: replicas must never silently diverge.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch applies committed entries in order under one lock acquisition.
+// Entries that are not commands (configuration changes) yield nil.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	cmds := make([]Command, len(logs))
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		c, err := Decode(l.Data)
+		if err != nil {
+			panic(fmt.Sprintf("holdfast fsm: cannot apply log entry index=%d term=%d: %v", l.Index, l.Term, err))
+		}
+		cmds[i] = c
+	}
+	out := make([]interface{}, len(logs))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, c := range cmds {
+		if c != nil {
+			out[i] = f.st.apply(c)
+		}
+	}
+	return out
+}
+
+// ApplyCommand applies one command directly, bypassing the log. It exists
+// for tests and tools that drive the state machine without Raft.
+func (f *FSM) ApplyCommand(c Command) interface{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st.apply(c)
+}
+
+// apply advances the clock and dispatches on the command type. The result
+// is always one of the typed results: *LeaseResult, *QueueResult,
+// *SweepResult or *SettingsResult.
+func (s *state) apply(c Command) interface{} {
+	s.advance(c.Stamp())
+	switch c := c.(type) {
+	case *LeaseAcquire:
+		r := s.applyLeaseAcquire(c)
+		return &r
+	case *LeaseRenew:
+		r := s.applyLeaseRenew(c)
+		return &r
+	case *LeaseRelease:
+		r := s.applyLeaseRelease(c)
+		return &r
+	case *LeaseComplete:
+		r := s.applyLeaseComplete(c)
+		return &r
+	case *QueueCreate:
+		r := s.applyQueueCreate(c)
+		return &r
+	case *JobEnqueue:
+		r := s.applyJobEnqueue(c)
+		return &r
+	case *JobClaim:
+		r := s.applyJobClaim(c)
+		return &r
+	case *JobAck:
+		r := s.applyJobAck(c)
+		return &r
+	case *JobRelease:
+		r := s.applyJobRelease(c)
+		return &r
+	case *JobRenew:
+		r := s.applyJobRenew(c)
+		return &r
+	case *Sweep:
+		r := s.applySweep(c)
+		return &r
+	case *SetSettings:
+		r := s.applySetSettings(c)
+		return &r
+	}
+	panic(fmt.Sprintf("holdfast fsm: no handler for command type %d", c.Type()))
+}
+
+func (s *state) applySetSettings(c *SetSettings) SettingsResult {
+	if err := c.Settings.Validate(); err != nil {
+		return SettingsResult{Now: s.clock, Settings: s.settings, Error: err.Error()}
+	}
+	s.settings = c.Settings
+	return SettingsResult{Now: s.clock, Applied: true, Settings: s.settings}
+}
+
+// readNow is the time reads judge expiry by: never before the state's clock.
+func (s *state) readNow(nodeNow int64) int64 { return max(s.clock, nodeNow) }
+
+// ReadQueue returns the queue's view if tok is its read token. nodeNow is
+// the reading node's wall clock in Unix milliseconds; time-derived fields use
+// the later of it and the state's clock.
+func (f *FSM) ReadQueue(id secret.ID, tok secret.Hash, nodeNow int64) QueueResult {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	now := f.st.readNow(nodeNow)
+	q, o := f.st.authorize(id, RoleRead, tok, now)
+	if q == nil {
+		return QueueResult{Outcome: o, Now: now}
+	}
+	return QueueResult{Outcome: QueueFound, Now: now, Queue: f.st.queueView(q, now)}
+}
+
+// ReadJob returns one job's view if tok is the queue's read token.
+func (f *FSM) ReadJob(id secret.ID, tok secret.Hash, jid secret.ID, nodeNow int64) QueueResult {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	now := f.st.readNow(nodeNow)
+	q, o := f.st.authorize(id, RoleRead, tok, now)
+	if q == nil {
+		return QueueResult{Outcome: o, Now: now}
+	}
+	i, ok := q.byID[jid]
+	if !ok {
+		return QueueResult{Outcome: JobNotFound, Now: now}
+	}
+	return QueueResult{Outcome: QueueFound, Now: now, Queue: f.st.queueView(q, now), Job: f.st.jobView(q, q.jobs[i], now)}
+}
+
+// Authorize reports whether tok grants role r on a live queue: 0 when it
+// does, else QueueNotFound or QueueForbidden. The leader uses it to refuse
+// requests before proposing them; Apply checks again.
+func (f *FSM) Authorize(id secret.ID, r Role, tok secret.Hash, nodeNow int64) QueueOutcome {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, o := f.st.authorize(id, r, tok, f.st.readNow(nodeNow))
+	return o
+}
+
+// NextDeadline returns the earliest time at which a sweep has work to do.
+func (f *FSM) NextDeadline() (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	tm := f.st.timers.next()
+	if tm == nil {
+		return 0, false
+	}
+	return tm.at, true
+}
+
+// Clock returns the state machine's time in Unix milliseconds.
+func (f *FSM) Clock() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.clock
+}
+
+// Settings returns the replicated settings.
+func (f *FSM) Settings() Settings {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.settings
+}
+
+// FencingCounter returns the last fencing token issued cluster-wide.
+func (f *FSM) FencingCounter() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.fencing
+}
+
+// Stats are gauges for metrics, computed at a given time.
+type Stats struct {
+	Leases     int // lease records within their lifecycle
+	LeasesHeld int // leases held and unexpired
+	Queues     int // live queues
+	Jobs       Counts
+}
+
+// Stats counts leases, queues and jobs at nodeNow. It scans the state and is
+// meant for metrics scrapes, not for request paths.
+func (f *FSM) Stats(nodeNow int64) Stats {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	now := f.st.readNow(nodeNow)
+	var st Stats
+	for _, l := range f.st.leases {
+		if l.absoluteExpiresAt <= now {
+			continue
+		}
+		st.Leases++
+		if l.state == leaseHeld && l.leaseExpiresAt > now {
+			st.LeasesHeld++
+		}
+	}
+	for _, q := range f.st.queues {
+		if q.expiresAt <= now {
+			continue
+		}
+		st.Queues++
+		c := f.st.queueView(q, now).Counts
+		st.Jobs.Pending += c.Pending
+		st.Jobs.Claimed += c.Claimed
+		st.Jobs.Completed += c.Completed
+		st.Jobs.Failed += c.Failed
+		st.Jobs.Total += c.Total
+	}
+	return st
+}

@@ -1,0 +1,129 @@
+package fsm
+
+import "github.com/holdfast/holdfast/internal/secret"
+
+// liveLease returns the lease record for id if its lifecycle has not ended
+// at the state's clock. A record past its absolute expiry is treated as
+// absent even before a sweep removes it.
+func (s *state) liveLease(id secret.Hash) *lease {
+	l := s.leases[id]
+	if l == nil || s.clock >= l.absoluteExpiresAt {
+		return nil
+	}
+	return l
+}
+
+func (s *state) ttlValid(ttl int64) bool {
+	return ttl >= s.settings.LeaseTTLMinSeconds && ttl <= s.settings.LeaseTTLMaxSeconds
+}
+
+// grant gives l to owner with a fresh fencing token and a short expiry
+// capped at the lifecycle's end.
+func (s *state) grant(l *lease, c *LeaseAcquire) LeaseResult {
+	s.fencing++
+	l.fencing = s.fencing
+	l.owner = c.Owner
+	l.state = leaseHeld
+	l.leaseExpiresAt = min(s.clock+secondsToMillis(c.TTLSeconds), l.absoluteExpiresAt)
+	return s.leaseResult(LeaseGranted, l)
+}
+
+func (s *state) leaseResult(o LeaseOutcome, l *lease) LeaseResult {
+	r := LeaseResult{
+		Outcome:           o,
+		Now:               s.clock,
+		FencingToken:      l.fencing,
+		AbsoluteExpiresAt: l.absoluteExpiresAt,
+	}
+	switch l.state {
+	case leaseHeld:
+		r.LeaseExpiresAt = l.leaseExpiresAt
+		r.TTLSeconds = ceilSeconds(l.leaseExpiresAt - s.clock)
+	case leaseDone:
+		r.CompletedAt = l.completedAt
+		r.Result = l.result
+	}
+	return r
+}
+
+func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
+	if !s.ttlValid(c.TTLSeconds) {
+		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
+	}
+	l := s.liveLease(c.Lease)
+	if l == nil {
+		l = &lease{
+			epoch:             s.epoch,
+			id:                c.Lease,
+			fingerprint:       c.Fingerprint,
+			absoluteExpiresAt: s.clock + secondsToMillis(s.settings.LeaseLifecycleSeconds),
+		}
+		s.leases[l.id] = l
+		s.timers.set(leaseTimer(l.id), l.absoluteExpiresAt)
+		return s.grant(l, c)
+	}
+	if !l.fingerprint.Equal(c.Fingerprint) {
+		return LeaseResult{Outcome: LeaseConflict, Now: s.clock, AbsoluteExpiresAt: l.absoluteExpiresAt}
+	}
+	switch {
+	case l.state == leaseDone:
+		return s.leaseResult(LeaseCompleted, l)
+	case l.state == leaseHeld && l.leaseExpiresAt > s.clock:
+		r := s.leaseResult(LeaseHeld, l)
+		r.TTLSeconds = 0
+		r.RetryAfterSeconds = ceilSeconds(l.leaseExpiresAt - s.clock)
+		return r
+	}
+	return s.grant(s.mutLease(l), c)
+}
+
+// ownedLease returns the lease if owner holds it, unexpired, at the state's clock.
+func (s *state) ownedLease(id, owner secret.Hash) *lease {
+	l := s.liveLease(id)
+	if l == nil || l.state != leaseHeld || l.leaseExpiresAt <= s.clock || !l.owner.Equal(owner) {
+		return nil
+	}
+	return l
+}
+
+func (s *state) applyLeaseRenew(c *LeaseRenew) LeaseResult {
+	if !s.ttlValid(c.TTLSeconds) {
+		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
+	}
+	l := s.ownedLease(c.Lease, c.Owner)
+	if l == nil {
+		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
+	}
+	l = s.mutLease(l)
+	l.leaseExpiresAt = min(s.clock+secondsToMillis(c.TTLSeconds), l.absoluteExpiresAt)
+	return s.leaseResult(LeaseRenewed, l)
+}
+
+func (s *state) applyLeaseRelease(c *LeaseRelease) LeaseResult {
+	l := s.ownedLease(c.Lease, c.Owner)
+	if l == nil {
+		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
+	}
+	l = s.mutLease(l)
+	l.state = leaseFree
+	l.owner = secret.Hash{}
+	l.leaseExpiresAt = 0
+	return s.leaseResult(LeaseReleased, l)
+}
+
+func (s *state) applyLeaseComplete(c *LeaseComplete) LeaseResult {
+	if int64(len(c.Result)) > s.settings.MaxResultBytes {
+		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
+	}
+	l := s.ownedLease(c.Lease, c.Owner)
+	if l == nil {
+		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
+	}
+	l = s.mutLease(l)
+	l.state = leaseDone
+	l.owner = secret.Hash{}
+	l.leaseExpiresAt = 0
+	l.completedAt = s.clock
+	l.result = c.Result
+	return s.leaseResult(LeaseCompleted, l)
+}

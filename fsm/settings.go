@@ -1,0 +1,125 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/holdfast/holdfast/internal/wire"
+)
+
+// Settings are the limits the service enforces. They are replicated state:
+// they change only through a logged SetSettings command, so every replica
+// applies the same rules. The defaults are those of the hosted API's
+// specification.
+type Settings struct {
+	// LeaseLifecycleSeconds is the fixed lifetime that a key's first
+	// acquisition starts; nothing extends it.
+	LeaseLifecycleSeconds int64 `json:"lease_lifecycle_seconds"`
+	// LeaseTTLMinSeconds, LeaseTTLMaxSeconds and LeaseTTLDefaultSeconds bound ttl_seconds.
+	LeaseTTLMinSeconds     int64 `json:"lease_ttl_min_seconds"`
+	LeaseTTLMaxSeconds     int64 `json:"lease_ttl_max_seconds"`
+	LeaseTTLDefaultSeconds int64 `json:"lease_ttl_default_seconds"`
+	// MaxResultBytes bounds a completed lease's stored result (after redaction).
+	MaxResultBytes int64 `json:"max_result_bytes"`
+
+	// QueueLifetimeSeconds is the fixed lifetime of a queue and all its data.
+	QueueLifetimeSeconds int64 `json:"queue_lifetime_seconds"`
+	// QueueMaxJobs is the number of distinct jobs a queue accepts over its lifetime.
+	QueueMaxJobs int64 `json:"queue_max_jobs"`
+	// QueueMaxAttempts is the number of claims after which an unacknowledged job fails.
+	QueueMaxAttempts int64 `json:"queue_max_attempts"`
+	// VisibilityMinSeconds, VisibilityMaxSeconds and VisibilityDefaultSeconds bound a claim's window.
+	VisibilityMinSeconds     int64 `json:"visibility_min_seconds"`
+	VisibilityMaxSeconds     int64 `json:"visibility_max_seconds"`
+	VisibilityDefaultSeconds int64 `json:"visibility_default_seconds"`
+	// MaxPayloadBytes bounds a job's canonical JSON payload.
+	MaxPayloadBytes int64 `json:"max_payload_bytes"`
+	// QueuesPerClient is how many queues one client address may create per window.
+	QueuesPerClient int64 `json:"queues_per_client"`
+	// QueueCreateWindowSeconds is the window QueuesPerClient counts over.
+	QueueCreateWindowSeconds int64 `json:"queue_create_window_seconds"`
+}
+
+// DefaultSettings returns the limits of the specification.
+func DefaultSettings() Settings {
+	return Settings{
+		LeaseLifecycleSeconds:    86400,
+		LeaseTTLMinSeconds:       1,
+		LeaseTTLMaxSeconds:       86400,
+		LeaseTTLDefaultSeconds:   60,
+		MaxResultBytes:           32 * 1024,
+		QueueLifetimeSeconds:     86400,
+		QueueMaxJobs:             100,
+		QueueMaxAttempts:         5,
+		VisibilityMinSeconds:     30,
+		VisibilityMaxSeconds:     900,
+		VisibilityDefaultSeconds: 60,
+		MaxPayloadBytes:          16384,
+		QueuesPerClient:          20,
+		QueueCreateWindowSeconds: 86400,
+	}
+}
+
+// maxSettingValue keeps every derived millisecond value far from overflow.
+const maxSettingValue = 10 * 365 * 86400
+
+// Validate reports the first setting that breaks a rule, naming it.
+func (s Settings) Validate() error {
+	fields := []struct {
+		name string
+		v    int64
+	}{
+		{"lease_lifecycle_seconds", s.LeaseLifecycleSeconds},
+		{"lease_ttl_min_seconds", s.LeaseTTLMinSeconds},
+		{"lease_ttl_max_seconds", s.LeaseTTLMaxSeconds},
+		{"lease_ttl_default_seconds", s.LeaseTTLDefaultSeconds},
+		{"max_result_bytes", s.MaxResultBytes},
+		{"queue_lifetime_seconds", s.QueueLifetimeSeconds},
+		{"queue_max_jobs", s.QueueMaxJobs},
+		{"queue_max_attempts", s.QueueMaxAttempts},
+		{"visibility_min_seconds", s.VisibilityMinSeconds},
+		{"visibility_max_seconds", s.VisibilityMaxSeconds},
+		{"visibility_default_seconds", s.VisibilityDefaultSeconds},
+		{"max_payload_bytes", s.MaxPayloadBytes},
+		{"queues_per_client", s.QueuesPerClient},
+		{"queue_create_window_seconds", s.QueueCreateWindowSeconds},
+	}
+	for _, f := range fields {
+		if f.v < 1 || f.v > maxSettingValue {
+			return fmt.Errorf("%s must be an integer from 1 to %d", f.name, maxSettingValue)
+		}
+	}
+	if err := orderedRange("lease_ttl", s.LeaseTTLMinSeconds, s.LeaseTTLDefaultSeconds, s.LeaseTTLMaxSeconds); err != nil {
+		return err
+	}
+	return orderedRange("visibility", s.VisibilityMinSeconds, s.VisibilityDefaultSeconds, s.VisibilityMaxSeconds)
+}
+
+func orderedRange(prefix string, lo, def, hi int64) error {
+	if lo > def || def > hi {
+		return fmt.Errorf("%s_min_seconds <= %s_default_seconds <= %s_max_seconds must hold", prefix, prefix, prefix)
+	}
+	return nil
+}
+
+func (s Settings) encode(e *wire.Encoder) {
+	for _, v := range s.values() {
+		e.Varint(*v)
+	}
+}
+
+func (s *Settings) decode(d *wire.Decoder) {
+	for _, v := range s.values() {
+		*v = d.Varint()
+	}
+}
+
+// values lists the settings in their fixed wire order. New settings are
+// appended, never inserted.
+func (s *Settings) values() []*int64 {
+	return []*int64{
+		&s.LeaseLifecycleSeconds, &s.LeaseTTLMinSeconds, &s.LeaseTTLMaxSeconds, &s.LeaseTTLDefaultSeconds,
+		&s.MaxResultBytes, &s.QueueLifetimeSeconds, &s.QueueMaxJobs, &s.QueueMaxAttempts,
+		&s.VisibilityMinSeconds, &s.VisibilityMaxSeconds, &s.VisibilityDefaultSeconds,
+		&s.MaxPayloadBytes, &s.QueuesPerClient, &s.QueueCreateWindowSeconds,
+	}
+}

@@ -1,0 +1,280 @@
+package fsm
+
+import (
+	"bytes"
+	"container/heap"
+
+	"github.com/holdfast/holdfast/internal/secret"
+)
+
+// Records are copy-on-write: a record whose epoch is older than the state's
+// epoch may be referenced by a snapshot being persisted, so it is cloned
+// before its first change in the new epoch. Snapshot only bumps the epoch
+// and copies the top-level maps, which keeps it fast.
+
+type leaseState uint8
+
+const (
+	leaseFree leaseState = iota + 1
+	leaseHeld
+	leaseDone
+)
+
+type lease struct {
+	epoch             uint64
+	id                secret.Hash
+	fingerprint       secret.Hash
+	owner             secret.Hash // zero unless held
+	state             leaseState
+	fencing           uint64
+	leaseExpiresAt    int64
+	absoluteExpiresAt int64
+	completedAt       int64
+	result            []byte
+}
+
+type queue struct {
+	epoch     uint64
+	id        secret.ID
+	createdAt int64
+	expiresAt int64
+	write     secret.Hash
+	worker    secret.Hash
+	read      secret.Hash
+	jobs      []*job // enqueue order; jobs are never removed before the queue
+	byKey     map[string]int
+	byID      map[secret.ID]int
+}
+
+type job struct {
+	epoch       uint64
+	id          secret.ID
+	key         string
+	payload     []byte
+	status      JobStatus
+	attempts    int64
+	receipt     secret.Hash // latest claim's receipt hash
+	createdAt   int64
+	updatedAt   int64
+	visibleAt   int64 // end of the current claim's window while claimed
+	completedAt int64
+}
+
+// client counts one address's recent queue creations. Each entry is the
+// time that creation leaves the window, fixed when it is made, so the record
+// alone (not the settings of the day) decides when it expires.
+type client struct {
+	epoch  uint64
+	id     secret.Hash
+	leaves []int64
+}
+
+// state is the replicated state. Everything but epoch and timers is part of
+// the snapshot; timers are derived from the records on restore.
+type state struct {
+	clock    int64
+	fencing  uint64
+	settings Settings
+	leases   map[secret.Hash]*lease
+	queues   map[secret.ID]*queue
+	clients  map[secret.Hash]*client
+	timers   timers
+	epoch    uint64
+}
+
+func newState() *state {
+	return &state{
+		settings: DefaultSettings(),
+		leases:   make(map[secret.Hash]*lease),
+		queues:   make(map[secret.ID]*queue),
+		clients:  make(map[secret.Hash]*client),
+		timers:   newTimers(),
+	}
+}
+
+// advance moves the state clock to the command's time if that is later.
+func (s *state) advance(now int64) {
+	if now > s.clock {
+		s.clock = now
+	}
+}
+
+func (s *state) mutLease(l *lease) *lease {
+	if l.epoch == s.epoch {
+		return l
+	}
+	c := *l
+	c.epoch = s.epoch
+	s.leases[c.id] = &c
+	return &c
+}
+
+func (s *state) mutQueue(q *queue) *queue {
+	if q.epoch == s.epoch {
+		return q
+	}
+	c := *q
+	c.epoch = s.epoch
+	c.jobs = append(make([]*job, 0, cap(q.jobs)), q.jobs...)
+	c.byKey = make(map[string]int, len(q.byKey))
+	for k, v := range q.byKey {
+		c.byKey[k] = v
+	}
+	c.byID = make(map[secret.ID]int, len(q.byID))
+	for k, v := range q.byID {
+		c.byID[k] = v
+	}
+	s.queues[c.id] = &c
+	return &c
+}
+
+// mutJob returns a writable job at index i of q, which must itself be writable.
+func (s *state) mutJob(q *queue, i int) *job {
+	j := q.jobs[i]
+	if j.epoch == s.epoch {
+		return j
+	}
+	c := *j
+	c.epoch = s.epoch
+	q.jobs[i] = &c
+	return &c
+}
+
+func (s *state) mutClient(c *client) *client {
+	if c.epoch == s.epoch {
+		return c
+	}
+	n := *c
+	n.epoch = s.epoch
+	n.leaves = append([]int64(nil), c.leaves...)
+	s.clients[n.id] = &n
+	return &n
+}
+
+// Timers index every future deadline held in the state so that a sweep
+// finds due work without scanning, and so the leader can ask when the next
+// sweep is needed. Ordering is total (time, kind, key), so the order in which
+// due timers are handled never depends on heap layout or insertion order.
+
+type timerKind uint8
+
+const (
+	timerLease timerKind = iota + 1
+	timerQueue
+	timerClaim
+	timerClient
+)
+
+type timerKey struct {
+	kind timerKind
+	a    [32]byte
+	b    [16]byte
+}
+
+func leaseTimer(id secret.Hash) timerKey  { return timerKey{kind: timerLease, a: id} }
+func clientTimer(id secret.Hash) timerKey { return timerKey{kind: timerClient, a: id} }
+
+func queueTimer(id secret.ID) timerKey {
+	k := timerKey{kind: timerQueue}
+	copy(k.a[:], id[:])
+	return k
+}
+
+func claimTimer(q, j secret.ID) timerKey {
+	k := timerKey{kind: timerClaim, b: j}
+	copy(k.a[:], q[:])
+	return k
+}
+
+type timer struct {
+	at    int64
+	key   timerKey
+	index int
+}
+
+type timerHeap []*timer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.key.kind != b.key.kind {
+		return a.key.kind < b.key.kind
+	}
+	if c := bytes.Compare(a.key.a[:], b.key.a[:]); c != 0 {
+		return c < 0
+	}
+	return bytes.Compare(a.key.b[:], b.key.b[:]) < 0
+}
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *timerHeap) Push(x any) {
+	t := x.(*timer)
+	t.index = len(*h)
+	*h = append(*h, t)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.index = -1
+	return t
+}
+
+type timers struct {
+	h     timerHeap
+	byKey map[timerKey]*timer
+}
+
+func newTimers() timers { return timers{byKey: make(map[timerKey]*timer)} }
+
+// set arms the timer for k at time at, moving it if it exists.
+func (t *timers) set(k timerKey, at int64) {
+	if tm, ok := t.byKey[k]; ok {
+		tm.at = at
+		heap.Fix(&t.h, tm.index)
+		return
+	}
+	tm := &timer{at: at, key: k}
+	t.byKey[k] = tm
+	heap.Push(&t.h, tm)
+}
+
+// cancel disarms the timer for k, if armed.
+func (t *timers) cancel(k timerKey) {
+	if tm, ok := t.byKey[k]; ok {
+		heap.Remove(&t.h, tm.index)
+		delete(t.byKey, k)
+	}
+}
+
+// next returns the earliest timer, or nil.
+func (t *timers) next() *timer {
+	if len(t.h) == 0 {
+		return nil
+	}
+	return t.h[0]
+}
+
+// pop removes and returns the earliest timer.
+func (t *timers) pop() *timer {
+	tm := heap.Pop(&t.h).(*timer)
+	delete(t.byKey, tm.key)
+	return tm
+}
+
+func secondsToMillis(s int64) int64 { return s * 1000 }
+
+// ceilSeconds rounds a positive millisecond duration up to whole seconds.
+func ceilSeconds(ms int64) int64 {
+	if ms <= 0 {
+		return 0
+	}
+	return (ms + 999) / 1000
+}

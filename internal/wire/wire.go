@@ -1,0 +1,207 @@
+// Package wire is the compact binary encoding used for replicated commands and
+// snapshots: unsigned and signed varints, fixed-size byte arrays and
+// length-prefixed byte strings, appended to a byte slice and read back with
+// bounds checks.
+//
+// It owns nothing but the byte layout. It must never allocate more than the
+// input can justify: every length read from the input is checked against the
+// bytes that remain before anything is allocated, so a corrupt or hostile
+// entry produces an error, never a panic or a huge allocation.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// ErrCorrupt is wrapped by every decoding error.
+var ErrCorrupt = errors.New("wire: corrupt input")
+
+// Encoder appends values to a byte slice.
+type Encoder struct {
+	buf []byte
+}
+
+// NewEncoder returns an Encoder that appends to buf (which may be nil).
+func NewEncoder(buf []byte) *Encoder { return &Encoder{buf: buf} }
+
+// Bytes returns the encoded bytes.
+func (e *Encoder) Bytes() []byte { return e.buf }
+
+// Reset empties the encoder, keeping its buffer.
+func (e *Encoder) Reset() { e.buf = e.buf[:0] }
+
+// Len reports how many bytes have been encoded.
+func (e *Encoder) Len() int { return len(e.buf) }
+
+// Byte appends one byte.
+func (e *Encoder) Byte(b byte) { e.buf = append(e.buf, b) }
+
+// Bool appends a boolean as one byte.
+func (e *Encoder) Bool(b bool) {
+	if b {
+		e.buf = append(e.buf, 1)
+		return
+	}
+	e.buf = append(e.buf, 0)
+}
+
+// Uvarint appends an unsigned varint.
+func (e *Encoder) Uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
+
+// Varint appends a signed (zig-zag) varint.
+func (e *Encoder) Varint(v int64) { e.buf = binary.AppendVarint(e.buf, v) }
+
+// Fixed appends raw bytes without a length prefix; the reader must know the size.
+func (e *Encoder) Fixed(b []byte) { e.buf = append(e.buf, b...) }
+
+// Blob appends a length-prefixed byte string.
+func (e *Encoder) Blob(b []byte) {
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(b)))
+	e.buf = append(e.buf, b...)
+}
+
+// String appends a length-prefixed string.
+func (e *Encoder) String(s string) {
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(s)))
+	e.buf = append(e.buf, s...)
+}
+
+// Decoder reads values written by an Encoder. After the first error every
+// read returns a zero value and Err reports that first error.
+type Decoder struct {
+	buf []byte
+	off int
+	err error
+}
+
+// NewDecoder returns a Decoder over buf. The decoder never modifies buf;
+// Blob results are copies, so buf may be reused afterwards.
+func NewDecoder(buf []byte) *Decoder { return &Decoder{buf: buf} }
+
+// Err returns the first decoding error, if any.
+func (d *Decoder) Err() error { return d.err }
+
+// Remaining reports how many bytes are left unread.
+func (d *Decoder) Remaining() int { return len(d.buf) - d.off }
+
+// Finish returns the first decoding error, or an error if bytes remain unread.
+func (d *Decoder) Finish() error {
+	if d.err != nil {
+		return d.err
+	}
+	if d.off != len(d.buf) {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.buf)-d.off)
+	}
+	return nil
+}
+
+func (d *Decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s at offset %d", ErrCorrupt, what, d.off)
+	}
+}
+
+// Byte reads one byte.
+func (d *Decoder) Byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.off >= len(d.buf) {
+		d.fail("truncated byte")
+		return 0
+	}
+	b := d.buf[d.off]
+	d.off++
+	return b
+}
+
+// Bool reads a boolean written by Encoder.Bool; any byte other than 0 or 1 is an error.
+func (d *Decoder) Bool() bool {
+	b := d.Byte()
+	if b > 1 {
+		d.fail("invalid boolean")
+		return false
+	}
+	return b == 1
+}
+
+// Uvarint reads an unsigned varint.
+func (d *Decoder) Uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.buf[d.off:])
+	if n <= 0 {
+		d.fail("invalid uvarint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+// Varint reads a signed varint.
+func (d *Decoder) Varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.buf[d.off:])
+	if n <= 0 {
+		d.fail("invalid varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+// Fixed fills dst with exactly len(dst) raw bytes.
+func (d *Decoder) Fixed(dst []byte) {
+	if d.err != nil {
+		return
+	}
+	if len(d.buf)-d.off < len(dst) {
+		d.fail("truncated fixed field")
+		return
+	}
+	copy(dst, d.buf[d.off:])
+	d.off += len(dst)
+}
+
+// Len reads a length prefix and checks that at least that many bytes remain.
+// It is used for byte strings and for counts of records of at least one byte.
+func (d *Decoder) Len() int {
+	n := d.Uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(len(d.buf)-d.off) {
+		d.fail("length exceeds input")
+		return 0
+	}
+	return int(n)
+}
+
+// Blob reads a length-prefixed byte string into a fresh slice. An empty
+// string decodes as nil.
+func (d *Decoder) Blob() []byte {
+	n := d.Len()
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	out := make([]byte, n)
+	copy(out, d.buf[d.off:d.off+n])
+	d.off += n
+	return out
+}
+
+// String reads a length-prefixed string.
+func (d *Decoder) String() string {
+	n := d.Len()
+	if d.err != nil || n == 0 {
+		return ""
+	}
+	s := string(d.buf[d.off : d.off+n])
+	d.off += n
+	return s
+}

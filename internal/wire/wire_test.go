@@ -1,0 +1,119 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	e := NewEncoder(nil)
+	e.Byte(7)
+	e.Bool(true)
+	e.Bool(false)
+	e.Uvarint(math.MaxUint64)
+	e.Varint(math.MinInt64)
+	e.Varint(-1)
+	e.Fixed([]byte{1, 2, 3})
+	e.Blob([]byte("hello"))
+	e.Blob(nil)
+	e.String("wörld")
+
+	d := NewDecoder(e.Bytes())
+	if got := d.Byte(); got != 7 {
+		t.Fatalf("Byte = %d", got)
+	}
+	if !d.Bool() || d.Bool() {
+		t.Fatal("Bool mismatch")
+	}
+	if got := d.Uvarint(); got != math.MaxUint64 {
+		t.Fatalf("Uvarint = %d", got)
+	}
+	if got := d.Varint(); got != math.MinInt64 {
+		t.Fatalf("Varint = %d", got)
+	}
+	if got := d.Varint(); got != -1 {
+		t.Fatalf("Varint = %d", got)
+	}
+	var fixed [3]byte
+	d.Fixed(fixed[:])
+	if fixed != [3]byte{1, 2, 3} {
+		t.Fatalf("Fixed = %v", fixed)
+	}
+	if got := d.Blob(); !bytes.Equal(got, []byte("hello")) {
+		t.Fatalf("Blob = %q", got)
+	}
+	if got := d.Blob(); got != nil {
+		t.Fatalf("empty Blob = %q", got)
+	}
+	if got := d.String(); got != "wörld" {
+		t.Fatalf("String = %q", got)
+	}
+	if err := d.Finish(); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+}
+
+func TestCorruptInputs(t *testing.T) {
+	huge := NewEncoder(nil)
+	huge.Uvarint(1 << 40) // a length far beyond the input
+	cases := []struct {
+		name string
+		in   []byte
+		read func(d *Decoder)
+	}{
+		{"empty byte", nil, func(d *Decoder) { d.Byte() }},
+		{"bad bool", []byte{2}, func(d *Decoder) { d.Bool() }},
+		{"truncated uvarint", []byte{0x80}, func(d *Decoder) { d.Uvarint() }},
+		{"truncated varint", []byte{0xff}, func(d *Decoder) { d.Varint() }},
+		{"short fixed", []byte{1}, func(d *Decoder) { var b [4]byte; d.Fixed(b[:]) }},
+		{"blob longer than input", append(huge.Bytes(), 1, 2), func(d *Decoder) { d.Blob() }},
+		{"string longer than input", []byte{5, 'a'}, func(d *Decoder) { _ = d.String() }},
+		{"trailing bytes", []byte{1, 2}, func(d *Decoder) { d.Byte() }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDecoder(tc.in)
+			tc.read(d)
+			err := d.Finish()
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Finish() = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+func TestErrorIsSticky(t *testing.T) {
+	d := NewDecoder([]byte{0x80})
+	d.Uvarint()
+	first := d.Err()
+	if first == nil {
+		t.Fatal("expected an error")
+	}
+	if v := d.Uvarint(); v != 0 {
+		t.Fatalf("read after error = %d, want 0", v)
+	}
+	if d.Err() != first {
+		t.Fatal("error changed after the first failure")
+	}
+}
+
+func FuzzDecoder(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		d := NewDecoder(in)
+		for d.Err() == nil && d.Remaining() > 0 {
+			switch d.Byte() % 4 {
+			case 0:
+				d.Blob()
+			case 1:
+				d.Uvarint()
+			case 2:
+				d.Varint()
+			default:
+				_ = d.String()
+			}
+		}
+	})
+}
