@@ -25,6 +25,8 @@ const (
 	TypeJobRenew      CommandType = 10
 	TypeSweep         CommandType = 11
 	TypeSetSettings   CommandType = 12
+	TypeSetNode       CommandType = 13
+	TypeRemoveNode    CommandType = 14
 )
 
 // bodyVersion is the version byte written after the type byte. Decoders
@@ -142,6 +144,50 @@ type Sweep struct {
 type SetSettings struct {
 	Now      int64
 	Settings Settings
+}
+
+// SetNode records a cluster member's addresses in the node directory.
+type SetNode struct {
+	Now  int64
+	Node NodeInfo
+}
+
+// RemoveNode deletes a member from the node directory.
+type RemoveNode struct {
+	Now int64
+	ID  string
+}
+
+// Type implements Command.
+func (*SetNode) Type() CommandType { return TypeSetNode }
+
+// Type implements Command.
+func (*RemoveNode) Type() CommandType { return TypeRemoveNode }
+
+// Stamp implements Command.
+func (c *SetNode) Stamp() int64 { return c.Now }
+
+// Stamp implements Command.
+func (c *RemoveNode) Stamp() int64 { return c.Now }
+
+func (c *SetNode) encodeBody(e *wire.Encoder) {
+	e.Varint(c.Now)
+	c.Node.encode(e)
+}
+
+func (c *SetNode) decodeBody(d *wire.Decoder, _ byte) {
+	c.Now = d.Varint()
+	c.Node.decode(d)
+}
+
+func (c *RemoveNode) encodeBody(e *wire.Encoder) {
+	e.Varint(c.Now)
+	e.String(c.ID)
+}
+
+func (c *RemoveNode) decodeBody(d *wire.Decoder, _ byte) {
+	c.Now = d.Varint()
+	c.ID = d.String()
 }
 
 // Type implements Command.
@@ -435,6 +481,10 @@ func newCommand(t CommandType) Command {
 		return &Sweep{}
 	case TypeSetSettings:
 		return &SetSettings{}
+	case TypeSetNode:
+		return &SetNode{}
+	case TypeRemoveNode:
+		return &RemoveNode{}
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func (f *FSM) ApplyCommand(c Command) interface{} {
 
 // apply advances the clock and dispatches on the command type. The result
 // is always one of the typed results: *LeaseResult, *QueueResult,
-// *SweepResult or *SettingsResult.
+// *SweepResult, *SettingsResult or *DirectoryResult.
 func (s *state) apply(c Command) interface{} {
 	s.advance(c.Stamp())
 	switch c := c.(type) {
@@ -104,6 +104,12 @@ func (s *state) apply(c Command) interface{} {
 		return &r
 	case *SetSettings:
 		r := s.applySetSettings(c)
+		return &r
+	case *SetNode:
+		r := s.applySetNode(c)
+		return &r
+	case *RemoveNode:
+		r := s.applyRemoveNode(c)
 		return &r
 	}
 	panic(fmt.Sprintf("holdfast fsm: no handler for command type %d", c.Type()))

@@ -103,7 +103,13 @@ func (g *gen) next() Command {
 	case 12:
 		return &JobRenew{Now: now, Queue: q, Token: tok, Job: job, Receipt: rcpt, VisibilitySeconds: vis}
 	}
-	if g.pick(8) == 0 {
+	switch g.pick(16) {
+	case 0:
+		n := fmt.Sprint(g.pick(3))
+		return &SetNode{Now: now, Node: NodeInfo{ID: "node" + n, HTTPAddr: "127.0.0.1:70" + n, RaftAddr: fmt.Sprintf("127.0.0.%d:71", g.pick(2))}}
+	case 1:
+		return &RemoveNode{Now: now, ID: fmt.Sprint("node", g.pick(3))}
+	case 2, 3:
 		s := DefaultSettings()
 		s.QueueMaxJobs = int64(1 + g.pick(6))
 		s.VisibilityMinSeconds = 1
@@ -134,6 +140,15 @@ func TestModelReplicasAgree(t *testing.T) {
 	if testing.Short() {
 		seeds, steps = seeds[:2], 1000
 	}
+	var (
+		mu  sync.Mutex
+		all []interface{}
+	)
+	defer func() {
+		if !t.Failed() {
+			requireCoverage(t, all)
+		}
+	}()
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			g := &gen{r: rand.New(rand.NewPCG(seed, seed*7919)), now: t0}
@@ -177,7 +192,9 @@ func TestModelReplicasAgree(t *testing.T) {
 			if ha != hb || ha != hc {
 				t.Fatalf("state hashes differ: %s %s %s", ha, hb, hc)
 			}
-			requireCoverage(t, resA)
+			mu.Lock()
+			all = append(all, resA...)
+			mu.Unlock()
 		})
 	}
 }
@@ -230,8 +247,8 @@ func TestCommandEncodingRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	if len(seen) != int(TypeSetSettings) {
-		t.Fatalf("generator covered %d command types, want %d", len(seen), TypeSetSettings)
+	if len(seen) != int(TypeRemoveNode) {
+		t.Fatalf("generator covered %d command types, want %d", len(seen), TypeRemoveNode)
 	}
 	if _, err := Decode([]byte{99, 1}); err == nil || !strings.Contains(err.Error(), "unknown command type") {
 		t.Fatalf("unknown type: %v", err)

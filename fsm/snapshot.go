@@ -34,6 +34,7 @@ type view struct {
 	leases   []*lease
 	queues   []*queue
 	clients  []*client
+	nodes    []NodeInfo
 }
 
 // capture takes a view and starts a new epoch so later changes copy records.
@@ -58,6 +59,7 @@ func (f *FSM) capture() *view {
 	for _, c := range s.clients {
 		v.clients = append(v.clients, c)
 	}
+	v.nodes = s.sortedNodes()
 	s.epoch++
 	return v
 }
@@ -104,8 +106,12 @@ func (v *view) writeTo(w io.Writer) error {
 			e.Varint(t)
 		}
 	}
+	e.Uvarint(uint64(len(v.nodes)))
+	for _, n := range v.nodes {
+		n.encode(e)
+	}
 	if err := flush(); err != nil {
-		return fmt.Errorf("write snapshot clients: %w", err)
+		return fmt.Errorf("write snapshot clients and nodes: %w", err)
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("flush snapshot: %w", err)
@@ -225,6 +231,11 @@ func decodeState(b []byte) (*state, error) {
 			c.leaves = append(c.leaves, d.Varint())
 		}
 		s.clients[c.id] = c
+	}
+	for n := d.Len(); n > 0 && d.Err() == nil; n-- {
+		var ni NodeInfo
+		ni.decode(d)
+		s.nodes[ni.ID] = ni
 	}
 	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSnapshot, err)

@@ -78,6 +78,7 @@ type state struct {
 	leases   map[secret.Hash]*lease
 	queues   map[secret.ID]*queue
 	clients  map[secret.Hash]*client
+	nodes    map[string]NodeInfo // values, so a snapshot copies them
 	timers   timers
 	epoch    uint64
 }
@@ -88,6 +89,7 @@ func newState() *state {
 		leases:   make(map[secret.Hash]*lease),
 		queues:   make(map[secret.ID]*queue),
 		clients:  make(map[secret.Hash]*client),
+		nodes:    make(map[string]NodeInfo),
 		timers:   newTimers(),
 	}
 }

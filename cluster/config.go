@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config configures a Node. Zero durations and counts take the defaults
+// documented on each field.
+type Config struct {
+	// NodeID is this node's Raft server id. It must stay the same across restarts.
+	NodeID string
+	// DataDir holds the bolt log store and the snapshots.
+	DataDir string
+	// RaftBind is the address the Raft transport listens on.
+	RaftBind string
+	// RaftAdvertise is the Raft address other nodes dial; defaults to the
+	// bound address, which must then be a specific host.
+	RaftAdvertise string
+	// HTTPAdvertise is this node's HTTP address as other nodes and clients
+	// reach it. It is recorded in the node directory.
+	HTTPAdvertise string
+	// Join lists HTTP addresses of other nodes, used only by a node without
+	// existing state, to find or form its cluster.
+	Join []string
+	// BootstrapExpect is the number of voters a new cluster forms with. With
+	// no Join addresses and BootstrapExpect at most 1, a new node bootstraps a
+	// single-node cluster.
+	BootstrapExpect int
+	// ClusterKey is the shared secret sent on node-to-node HTTP calls.
+	ClusterKey string
+	// Logger is the root of the logger tree; Raft logs under "raft".
+	Logger hclog.Logger
+
+	// HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout and CommitTimeout
+	// tune Raft; the defaults are hashicorp/raft's (1 s, 1 s, 500 ms, 50 ms).
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// SnapshotThreshold, SnapshotInterval and TrailingLogs tune log
+	// compaction (defaults 8192 entries, 120 s, 10240 entries).
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+	// MaxAppendEntries bounds how many entries are written and sent together
+	// (default 256); together with batching it is the group commit.
+	MaxAppendEntries int
+
+	// SweepInterval is how often the leader checks for due deadlines (default 1 s).
+	SweepInterval time.Duration
+	// SweepLimit bounds the work of one sweep entry (default 1000).
+	SweepLimit int64
+	// ProposeTimeout bounds how long a proposal may wait when its context
+	// has no earlier deadline (default 10 s).
+	ProposeTimeout time.Duration
+
+	// Now is the node's wall clock (default time.Now).
+	Now func() time.Time
+	// HTTPClient makes node-to-node calls (default: 5 s timeout).
+	HTTPClient *http.Client
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	durations := []struct {
+		v *time.Duration
+		d time.Duration
+	}{
+		{&c.HeartbeatTimeout, time.Second},
+		{&c.ElectionTimeout, time.Second},
+		{&c.LeaderLeaseTimeout, 500 * time.Millisecond},
+		{&c.CommitTimeout, 50 * time.Millisecond},
+		{&c.SnapshotInterval, 120 * time.Second},
+		{&c.SweepInterval, time.Second},
+		{&c.ProposeTimeout, 10 * time.Second},
+	}
+	for _, x := range durations {
+		if *x.v <= 0 {
+			*x.v = x.d
+		}
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
+	}
+	if c.MaxAppendEntries <= 0 {
+		c.MaxAppendEntries = 256
+	}
+	if c.SweepLimit <= 0 {
+		c.SweepLimit = 1000
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.NodeID == "":
+		return errors.New("node id is required")
+	case c.DataDir == "":
+		return errors.New("data dir is required")
+	case c.RaftBind == "":
+		return errors.New("raft bind address is required")
+	case c.HTTPAdvertise == "":
+		return errors.New("http advertise address is required")
+	case c.BootstrapExpect < 0:
+		return fmt.Errorf("bootstrap-expect must be 0 or more, got %d", c.BootstrapExpect)
+	case c.BootstrapExpect > 1 && len(c.Join) == 0:
+		return fmt.Errorf("bootstrap-expect %d needs --join with the other nodes' HTTP addresses", c.BootstrapExpect)
+	}
+	return nil
+}
+
+func (c *Config) boltPath() string { return filepath.Join(c.DataDir, "raft.db") }

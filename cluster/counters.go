@@ -1,0 +1,56 @@
+package cluster
+
+import (
+	"sync"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// counters accumulate what the node did, for the metrics endpoint.
+type counters struct {
+	mu        sync.Mutex
+	proposals map[string]uint64
+	sweeps    uint64
+	swept     fsm.SweepResult // sums of the per-sweep counts
+}
+
+func (c *counters) proposal(outcome string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proposals == nil {
+		c.proposals = make(map[string]uint64)
+	}
+	c.proposals[outcome]++
+}
+
+func (c *counters) sweep(r *fsm.SweepResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sweeps++
+	c.swept.LeasesRemoved += r.LeasesRemoved
+	c.swept.QueuesRemoved += r.QueuesRemoved
+	c.swept.ClaimsReturned += r.ClaimsReturned
+	c.swept.JobsFailed += r.JobsFailed
+	c.swept.ClientsPruned += r.ClientsPruned
+}
+
+// Counters is a copy of the node's cumulative counters.
+type Counters struct {
+	// Proposals counts proposals by outcome: applied, not_leader, busy, outcome_unknown.
+	Proposals map[string]uint64
+	// Sweeps is the number of sweep entries this node committed as leader.
+	Sweeps uint64
+	// Swept sums what those sweeps expired.
+	Swept fsm.SweepResult
+}
+
+// Counters returns the node's cumulative counters.
+func (n *Node) Counters() Counters {
+	n.counters.mu.Lock()
+	defer n.counters.mu.Unlock()
+	out := Counters{Proposals: make(map[string]uint64, len(n.counters.proposals)), Sweeps: n.counters.sweeps, Swept: n.counters.swept}
+	for k, v := range n.counters.proposals {
+		out.Proposals[k] = v
+	}
+	return out
+}

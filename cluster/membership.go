@@ -1,0 +1,406 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// Node-to-node HTTP contract. The server package serves these paths; this
+// package calls them on peers.
+const (
+	// StatusPath answers GET with this node's Status.
+	StatusPath = "/cluster/status"
+	// JoinPath accepts POST with a JoinRequest; followers forward it to the leader.
+	JoinPath = "/cluster/join"
+	// RemovePath accepts POST with a RemoveRequest; followers forward it to the leader.
+	RemovePath = "/cluster/remove"
+	// KeyHeader carries the cluster key on node-to-node calls.
+	KeyHeader = "X-Holdfast-Cluster-Key"
+)
+
+// ErrInvalidMember is wrapped by errors about a malformed join or remove request.
+var ErrInvalidMember = errors.New("invalid member request")
+
+// ErrUnknownMember is returned when removing an id the cluster does not have.
+var ErrUnknownMember = errors.New("no such member")
+
+// JoinRequest asks the leader to add (or update) a voter.
+type JoinRequest struct {
+	NodeID   string `json:"node_id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	// Fresh is true when the joining node has no Raft state. A fresh node
+	// whose id is already a member is a wiped node: its stale entry is
+	// removed before it is added again, so it can never vote twice in a term
+	// it has forgotten.
+	Fresh bool `json:"fresh"`
+	// UpdateOnly asks only to correct the directory entry of an existing
+	// member; it never adds a voter, so a removed node cannot re-add itself.
+	UpdateOnly bool `json:"update_only,omitempty"`
+}
+
+// RemoveRequest asks the leader to remove a member.
+type RemoveRequest struct {
+	NodeID string `json:"node_id"`
+}
+
+// CheckKey reports whether key matches the configured cluster key, in
+// constant time. With no key configured it reports false: the caller must
+// then fall back to its own rule (loopback only).
+func (n *Node) CheckKey(key string) bool {
+	if n.cfg.ClusterKey == "" {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(key), []byte(n.cfg.ClusterKey)) == 1
+}
+
+func validAddr(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	return err == nil && host != "" && port != ""
+}
+
+// Validate checks the request's fields.
+func (r JoinRequest) Validate() error {
+	switch {
+	case r.NodeID == "" || len(r.NodeID) > 128:
+		return fmt.Errorf("%w: node_id must be 1 to 128 characters", ErrInvalidMember)
+	case !validAddr(r.RaftAddr):
+		return fmt.Errorf("%w: raft_addr must be host:port", ErrInvalidMember)
+	case !validAddr(r.HTTPAddr):
+		return fmt.Errorf("%w: http_addr must be host:port", ErrInvalidMember)
+	}
+	return nil
+}
+
+// Join adds or updates a voter. It must run on the leader.
+func (n *Node) Join(ctx context.Context, req JoinRequest) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if req.NodeID == n.cfg.NodeID || req.RaftAddr == n.RaftAddr() {
+		return fmt.Errorf("%w: node_id and raft_addr must not be the leader's own", ErrInvalidMember)
+	}
+	cf := n.raft.GetConfiguration()
+	if err := await(ctx, cf); err != nil {
+		return fmt.Errorf("read configuration: %w", err)
+	}
+	if req.UpdateOnly && !slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool {
+		return string(s.ID) == req.NodeID && string(s.Address) == req.RaftAddr
+	}) {
+		return fmt.Errorf("%w: %s with raft address %s", ErrUnknownMember, req.NodeID, req.RaftAddr)
+	}
+	member := false
+	for _, s := range cf.Configuration().Servers {
+		sameID := string(s.ID) == req.NodeID
+		sameAddr := string(s.Address) == req.RaftAddr
+		switch {
+		case sameID && sameAddr && !req.Fresh:
+			member = true
+		case sameID || sameAddr:
+			n.log.Info("removing stale member before join", "stale_id", s.ID, "stale_addr", s.Address, "node_id", req.NodeID)
+			if err := n.membershipChange(ctx, n.raft.RemoveServer(s.ID, 0, 0)); err != nil {
+				return fmt.Errorf("remove stale member %s: %w", s.ID, err)
+			}
+		}
+	}
+	if !member {
+		if err := n.membershipChange(ctx, n.raft.AddVoter(raft.ServerID(req.NodeID), raft.ServerAddress(req.RaftAddr), 0, 0)); err != nil {
+			return fmt.Errorf("add voter %s: %w", req.NodeID, err)
+		}
+		n.log.Info("added voter", "node_id", req.NodeID, "raft_addr", req.RaftAddr, "http_addr", req.HTTPAddr)
+	}
+	info := fsm.NodeInfo{ID: req.NodeID, HTTPAddr: req.HTTPAddr, RaftAddr: req.RaftAddr}
+	if cur, ok := n.fsm.Node(info.ID); ok && cur == info {
+		return nil
+	}
+	_, err := n.Propose(ctx, &fsm.SetNode{Now: n.Now(), Node: info})
+	return err
+}
+
+// Remove removes a member from the Raft configuration and the directory. It
+// must run on the leader.
+func (n *Node) Remove(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: node_id is required", ErrInvalidMember)
+	}
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	cf := n.raft.GetConfiguration()
+	if err := await(ctx, cf); err != nil {
+		return fmt.Errorf("read configuration: %w", err)
+	}
+	inConfig := slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == id })
+	_, inDir := n.fsm.Node(id)
+	if !inConfig && !inDir {
+		return fmt.Errorf("%w: %s", ErrUnknownMember, id)
+	}
+	// The directory entry goes first: once the leader removes itself it can
+	// no longer propose anything.
+	if inDir {
+		if _, err := n.Propose(ctx, &fsm.RemoveNode{Now: n.Now(), ID: id}); err != nil {
+			return fmt.Errorf("remove %s from the directory: %w", id, err)
+		}
+	}
+	if inConfig {
+		if err := n.membershipChange(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, 0)); err != nil {
+			return fmt.Errorf("remove server %s: %w", id, err)
+		}
+	}
+	n.log.Info("removed member", "node_id", id)
+	return nil
+}
+
+// membershipChange waits for a configuration change, mapping errors like a proposal.
+func (n *Node) membershipChange(ctx context.Context, f raft.Future) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
+	defer cancel()
+	if err := await(ctx, f); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		}
+		return n.proposalError(err)
+	}
+	return nil
+}
+
+// formLoop finds or forms the cluster for a node without state: it joins a
+// formed cluster through any peer, waits if a formed cluster already lists
+// it, or, with BootstrapExpect > 1, bootstraps once that many unformed nodes
+// (itself included) answer. Peers that bootstrap at once do so with the same
+// configuration, which Raft allows.
+func (n *Node) formLoop() {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 && !n.sleep(time.Second) {
+			return
+		}
+		if n.hasConfiguration() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		done, err := n.formOnce(ctx)
+		cancel()
+		if done {
+			return
+		}
+		if err != nil && attempt%10 == 0 {
+			n.log.Info("waiting for peers to form the cluster", "reason", err)
+		}
+	}
+}
+
+func (n *Node) formOnce(ctx context.Context) (bool, error) {
+	me := n.self()
+	known := []Status{}
+	var lastErr error
+	for _, addr := range n.cfg.Join {
+		st, err := n.peerStatus(ctx, addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if st.NodeID == me.ID {
+			continue
+		}
+		if !st.Formed {
+			known = append(known, st)
+			continue
+		}
+		if slices.ContainsFunc(st.Nodes, func(m Member) bool { return m.ID == me.ID && m.RaftAddr == me.RaftAddr }) && n.cfg.BootstrapExpect > 1 {
+			n.log.Info("a formed cluster lists this node; waiting for its leader", "peer", addr)
+			return true, nil
+		}
+		req := JoinRequest{NodeID: me.ID, RaftAddr: me.RaftAddr, HTTPAddr: me.HTTPAddr, Fresh: true}
+		if err := n.postJoin(ctx, addr, req); err != nil {
+			lastErr = err
+			continue
+		}
+		n.log.Info("joined the cluster", "via", addr)
+		return true, nil
+	}
+	if n.cfg.BootstrapExpect > 1 && len(known)+1 >= n.cfg.BootstrapExpect {
+		servers := []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(me.ID), Address: raft.ServerAddress(me.RaftAddr)}}
+		for _, st := range known {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(st.NodeID), Address: raft.ServerAddress(st.RaftAddr)})
+		}
+		slices.SortFunc(servers, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
+		if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+			return false, fmt.Errorf("bootstrap: %w", err)
+		}
+		n.log.Info("bootstrapped the cluster", "voters", len(servers))
+		return true, nil
+	}
+	if lastErr == nil {
+		lastErr = fmt.Errorf("%d of %d expected nodes answered", len(known)+1, n.cfg.BootstrapExpect)
+	}
+	return false, lastErr
+}
+
+// inConfiguration reports whether this node's id and Raft address are in
+// the configuration it knows.
+func (n *Node) inConfiguration() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	me := n.self()
+	return slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+		return string(s.ID) == me.ID && string(s.Address) == me.RaftAddr
+	})
+}
+
+func (n *Node) hasConfiguration() bool {
+	f := n.raft.GetConfiguration()
+	return f.Error() == nil && len(f.Configuration().Servers) > 0
+}
+
+// registerLoop keeps this node's directory entry right: a follower whose
+// entry is missing or stale (new addresses after a restart) asks the leader
+// to update it.
+func (n *Node) registerLoop() {
+	for n.sleep(time.Second) {
+		if n.IsLeader() {
+			continue // the leader records itself when it becomes ready
+		}
+		me := n.self()
+		if cur, ok := n.fsm.Node(me.ID); ok && cur == me {
+			continue
+		}
+		_, leaderHTTP := n.Leader()
+		if leaderHTTP == "" || !n.inConfiguration() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := n.postJoin(ctx, leaderHTTP, JoinRequest{NodeID: me.ID, RaftAddr: me.RaftAddr, HTTPAddr: me.HTTPAddr, UpdateOnly: true})
+		cancel()
+		if err != nil {
+			n.log.Debug("updating this node's directory entry failed; will retry", "error", err)
+		}
+	}
+}
+
+func (n *Node) peerRequest(ctx context.Context, method, addr, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if n.cfg.ClusterKey != "" {
+		req.Header.Set(KeyHeader, n.cfg.ClusterKey)
+	}
+	resp, err := n.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s%s: %w", method, addr, path, err)
+	}
+	return resp, nil
+}
+
+func (n *Node) peerStatus(ctx context.Context, addr string) (Status, error) {
+	resp, err := n.peerRequest(ctx, http.MethodGet, addr, StatusPath, nil)
+	if err != nil {
+		return Status{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Status{}, fmt.Errorf("status of %s: HTTP %d", addr, resp.StatusCode)
+	}
+	var st Status
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
+		return Status{}, fmt.Errorf("decode status of %s: %w", addr, err)
+	}
+	return st, nil
+}
+
+func (n *Node) postJoin(ctx context.Context, addr string, req JoinRequest) error {
+	resp, err := n.peerRequest(ctx, http.MethodPost, addr, JoinPath, req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("join via %s: HTTP %d: %s", addr, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// Member is one entry of Status.Nodes.
+type Member struct {
+	ID       string `json:"id"`
+	HTTPAddr string `json:"http_addr"`
+	RaftAddr string `json:"raft_addr"`
+	Voter    bool   `json:"voter"`
+}
+
+// Status describes this node and the cluster as it sees it.
+type Status struct {
+	NodeID         string `json:"node_id"`
+	State          string `json:"state"`
+	LeaderID       string `json:"leader_id"`
+	LeaderHTTPAddr string `json:"leader_http_addr"`
+	Term           uint64 `json:"term"`
+	CommitIndex    uint64 `json:"commit_index"`
+	AppliedIndex   uint64 `json:"applied_index"`
+	LastLogIndex   uint64 `json:"last_log_index"`
+	Ready          bool   `json:"ready"`
+	HTTPAddr       string `json:"http_addr"`
+	RaftAddr       string `json:"raft_addr"`
+	Formed         bool   `json:"formed"`
+	// StateHash is the SHA-256 of the replicated state, filled in only on request.
+	StateHash string   `json:"state_hash,omitempty"`
+	Nodes     []Member `json:"nodes"`
+}
+
+// Status reports this node's view of the cluster. Members come from the Raft
+// configuration, with HTTP addresses from the directory.
+func (n *Node) Status() Status {
+	leaderID, leaderHTTP := n.Leader()
+	ready, _ := n.Ready()
+	st := Status{
+		NodeID:         n.cfg.NodeID,
+		State:          strings.ToLower(n.raft.State().String()),
+		LeaderID:       leaderID,
+		LeaderHTTPAddr: leaderHTTP,
+		Term:           n.raft.CurrentTerm(),
+		CommitIndex:    n.raft.CommitIndex(),
+		AppliedIndex:   n.raft.AppliedIndex(),
+		LastLogIndex:   n.raft.LastIndex(),
+		Ready:          ready,
+		HTTPAddr:       n.cfg.HTTPAdvertise,
+		RaftAddr:       n.RaftAddr(),
+		Nodes:          []Member{},
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			info, _ := n.fsm.Node(string(s.ID))
+			st.Nodes = append(st.Nodes, Member{ID: string(s.ID), HTTPAddr: info.HTTPAddr, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter})
+		}
+	}
+	st.Formed = len(st.Nodes) > 0
+	return st
+}

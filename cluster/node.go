@@ -1,0 +1,274 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// Node is one member of a holdfast cluster.
+type Node struct {
+	cfg       Config
+	log       hclog.Logger
+	fsm       *fsm.FSM
+	raft      *raft.Raft
+	transport *raft.NetworkTransport
+	store     *raftboltdb.BoltStore
+
+	notifyCh   chan bool
+	shutdownCh chan struct{}
+	closeOnce  sync.Once
+	wg         sync.WaitGroup
+
+	lead     leadership
+	counters counters
+}
+
+// Open starts a node: it opens (or creates) the stores under DataDir,
+// starts Raft, and, for a node without existing state, bootstraps or joins
+// as the configuration says. It returns once Raft is running; forming or
+// joining a cluster continues in the background.
+func Open(cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("cluster config: %w", err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	n := &Node{
+		cfg:        cfg,
+		log:        cfg.Logger.Named("cluster"),
+		fsm:        fsm.New(),
+		notifyCh:   make(chan bool, 8),
+		shutdownCh: make(chan struct{}),
+	}
+	if err := n.openStores(); err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 3, cfg.Logger.Named("snapshots"))
+	if err != nil {
+		n.closeStores()
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	hasState, err := raft.HasExistingState(n.store, n.store, snaps)
+	if err != nil {
+		n.closeStores()
+		return nil, fmt.Errorf("inspect existing raft state: %w", err)
+	}
+	r, err := raft.NewRaft(n.raftConfig(), n.fsm, n.store, n.store, snaps, n.transport)
+	if err != nil {
+		n.closeStores()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	n.raft = r
+	n.log.Info("raft started", "node_id", cfg.NodeID, "raft_addr", n.RaftAddr(), "http_addr", cfg.HTTPAdvertise, "existing_state", hasState)
+
+	n.goLoop(n.watchLeadership)
+	n.goLoop(n.registerLoop)
+	if !hasState {
+		if len(cfg.Join) == 0 && cfg.BootstrapExpect <= 1 {
+			if err := n.bootstrapSelf(); err != nil {
+				_ = n.Shutdown(context.Background())
+				return nil, err
+			}
+		} else {
+			n.goLoop(n.formLoop)
+		}
+	}
+	return n, nil
+}
+
+func (n *Node) openStores() error {
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:                    n.cfg.boltPath(),
+		BoltOptions:             &bbolt.Options{Timeout: 2 * time.Second},
+		MsgpackUseNewTimeFormat: true,
+	})
+	if err != nil {
+		return fmt.Errorf("open bolt store %s: %w", n.cfg.boltPath(), err)
+	}
+	n.store = store
+
+	var advertise net.Addr
+	if n.cfg.RaftAdvertise != "" {
+		a, err := net.ResolveTCPAddr("tcp", n.cfg.RaftAdvertise)
+		if err != nil {
+			return fmt.Errorf("resolve raft advertise address %q: %w", n.cfg.RaftAdvertise, err)
+		}
+		advertise = a
+	}
+	t, err := raft.NewTCPTransportWithConfig(n.cfg.RaftBind, advertise, &raft.NetworkTransportConfig{
+		Logger:                  n.cfg.Logger.Named("raft-net"),
+		MaxPool:                 4,
+		Timeout:                 10 * time.Second,
+		MsgpackUseNewTimeFormat: true,
+	})
+	if err != nil {
+		return fmt.Errorf("start raft transport on %s: %w", n.cfg.RaftBind, err)
+	}
+	n.transport = t
+	return nil
+}
+
+func (n *Node) closeStores() {
+	if n.transport != nil {
+		_ = n.transport.Close()
+	}
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			n.log.Error("close bolt store", "error", err)
+		}
+	}
+}
+
+func (n *Node) raftConfig() *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = raft.ServerID(n.cfg.NodeID)
+	c.Logger = n.cfg.Logger.Named("raft")
+	c.NotifyCh = n.notifyCh
+	c.BatchApplyCh = true
+	c.MaxAppendEntries = n.cfg.MaxAppendEntries
+	c.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	c.ElectionTimeout = n.cfg.ElectionTimeout
+	c.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
+	c.CommitTimeout = n.cfg.CommitTimeout
+	c.SnapshotThreshold = n.cfg.SnapshotThreshold
+	c.SnapshotInterval = n.cfg.SnapshotInterval
+	c.TrailingLogs = n.cfg.TrailingLogs
+	return c
+}
+
+func (n *Node) bootstrapSelf() error {
+	conf := raft.Configuration{Servers: []raft.Server{{
+		Suffrage: raft.Voter,
+		ID:       raft.ServerID(n.cfg.NodeID),
+		Address:  n.transport.LocalAddr(),
+	}}}
+	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
+		return fmt.Errorf("bootstrap single-node cluster: %w", err)
+	}
+	n.log.Info("bootstrapped a single-node cluster")
+	return nil
+}
+
+// goLoop runs f in a goroutine that Shutdown waits for.
+func (n *Node) goLoop(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// FSM returns the node's state machine, for local (stale) reads.
+func (n *Node) FSM() *fsm.FSM { return n.fsm }
+
+// ID returns the node's Raft server id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// RaftAddr returns the Raft address other nodes dial.
+func (n *Node) RaftAddr() string { return string(n.transport.LocalAddr()) }
+
+// HTTPAddr returns this node's advertised HTTP address.
+func (n *Node) HTTPAddr() string { return n.cfg.HTTPAdvertise }
+
+// ClusterKey returns the shared node-to-node secret ("" when none is configured).
+func (n *Node) ClusterKey() string { return n.cfg.ClusterKey }
+
+// Now returns the node's wall clock in Unix milliseconds.
+func (n *Node) Now() int64 { return n.cfg.Now().UnixMilli() }
+
+// IsLeader reports whether Raft considers this node the leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the leader's id and HTTP address as far as this node
+// knows; either may be empty.
+func (n *Node) Leader() (id, httpAddr string) {
+	_, lid := n.raft.LeaderWithID()
+	if lid == "" {
+		return "", ""
+	}
+	info, _ := n.fsm.Node(string(lid))
+	return string(lid), info.HTTPAddr
+}
+
+// TransferLeadership hands leadership to another voter if this node leads
+// and has a peer to hand it to; ctx bounds the handover. The node keeps
+// serving as a follower afterwards.
+func (n *Node) TransferLeadership(ctx context.Context) {
+	if !n.IsLeader() || n.voters() < 2 {
+		return
+	}
+	if err := await(ctx, n.raft.LeadershipTransfer()); err != nil {
+		n.log.Warn("leadership transfer failed", "error", err)
+		return
+	}
+	n.log.Info("handed leadership over")
+}
+
+// Shutdown stops the node gracefully: a leader first hands leadership to
+// another voter, then Raft stops and the stores close.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.TransferLeadership(ctx)
+	return n.stop()
+}
+
+// Kill stops the node without handing leadership over, as close to a crash
+// as a process can get while staying alive. It is meant for tests.
+func (n *Node) Kill() error { return n.stop() }
+
+func (n *Node) stop() error {
+	var err error
+	n.closeOnce.Do(func() {
+		close(n.shutdownCh)
+		if e := n.raft.Shutdown().Error(); e != nil {
+			err = fmt.Errorf("raft shutdown: %w", e)
+		}
+		n.lead.lose()
+		n.wg.Wait()
+		n.closeStores()
+		n.log.Info("node stopped")
+	})
+	return err
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}
+
+// sleep waits d or until shutdown; it reports false on shutdown.
+func (n *Node) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.shutdownCh:
+		return false
+	}
+}
+
+var errShutdown = errors.New("node is shutting down")

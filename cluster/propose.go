@@ -1,0 +1,88 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// Errors a proposal or read can end with. ErrNotLeader and ErrNotReady mean
+// nothing was written and the request may be retried (on the leader);
+// ErrOutcomeUnknown means the command may or may not have been committed.
+var (
+	ErrNotLeader      = errors.New("this node is not the leader")
+	ErrNotReady       = errors.New("the leader has not yet caught up with its term")
+	ErrOutcomeUnknown = errors.New("outcome unknown: the command may or may not have been committed")
+	ErrNoLeader       = errors.New("no leader is known")
+	ErrBusy           = errors.New("the leader's queue of proposals is full; nothing was written")
+)
+
+// Propose commits cmd through Raft and returns the state machine's typed
+// result once it is applied on this node. It waits at most until ctx is
+// done or the configured ProposeTimeout, whichever is sooner.
+//
+// Errors: ErrNotLeader when this node is not (or stopped being) the leader
+// before the entry was accepted, which is safe to retry; ErrOutcomeUnknown
+// (wrapping the cause) when leadership was lost, the deadline passed or the
+// node shut down after the entry may have reached the log.
+func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error) {
+	if n.raft.State() != raft.Leader {
+		n.counters.proposal("not_leader")
+		return nil, ErrNotLeader
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
+	defer cancel()
+	enqueue := n.cfg.ProposeTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		enqueue = time.Until(dl)
+	}
+	f := n.raft.Apply(fsm.Encode(cmd), enqueue)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, n.proposalError(err)
+		}
+	case <-ctx.Done():
+		n.counters.proposal("outcome_unknown")
+		return nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	}
+	n.counters.proposal("applied")
+	return f.Response(), nil
+}
+
+// proposalError maps a Raft future error to this package's errors, counting it.
+func (n *Node) proposalError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused before reaching the log: nothing happened.
+		n.counters.proposal("not_leader")
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		n.counters.proposal("busy")
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrAbortedByRestore):
+		n.counters.proposal("outcome_unknown")
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	n.counters.proposal("outcome_unknown")
+	return fmt.Errorf("%w: unexpected raft error: %w", ErrOutcomeUnknown, err)
+}
+
+// await waits for a Raft future, bounded by ctx.
+func await(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

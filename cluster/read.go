@@ -1,0 +1,42 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/raft"
+)
+
+// ReadLinearizable runs read against this node's state only if the node is
+// a ready leader, and returns nil only if the node still holds leadership
+// after the read (read, then VerifyLeader, then answer). On error the
+// caller must discard what read produced: it may be stale. ErrNotLeader and
+// ErrNotReady are safe to retry on the leader.
+func (n *Node) ReadLinearizable(ctx context.Context, read func()) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if !n.lead.isReady() {
+		return ErrNotReady
+	}
+	read()
+	if err := await(ctx, n.raft.VerifyLeader()); err != nil {
+		return fmt.Errorf("%w: leadership not confirmed: %w", ErrNotLeader, err)
+	}
+	return nil
+}
+
+// Ready reports whether this node can serve: a leader is known and this node
+// has applied everything it knows to be committed. The reason says why not.
+func (n *Node) Ready() (bool, string) {
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return false, "no leader is known"
+	}
+	if n.IsLeader() && !n.lead.isReady() {
+		return false, "leader has not yet applied its term's barrier"
+	}
+	if applied, commit := n.raft.AppliedIndex(), n.raft.CommitIndex(); applied < commit {
+		return false, fmt.Sprintf("applied index %d is behind commit index %d", applied, commit)
+	}
+	return true, ""
+}

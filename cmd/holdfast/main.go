@@ -1,0 +1,49 @@
+// Command holdfast runs a holdfast node and its companion tools.
+//
+// Usage:
+//
+//	holdfast serve [flags]   run a node (with no flags: a single-node cluster in ./holdfast-data)
+//	holdfast help            show this help
+//
+// Every serve flag has a HOLDFAST_* environment equivalent (--data-dir is
+// HOLDFAST_DATA_DIR); a flag given on the command line wins.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches to a subcommand and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "holdfast: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `holdfast: a highly available lease and job-queue service
+
+Commands:
+  serve    run a node; with no flags, a single-node cluster with its data in ./holdfast-data
+  help     show this help
+
+Run "holdfast serve -h" for the node's flags.
+`)
+}

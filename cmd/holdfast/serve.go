@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/server"
+)
+
+// serveConfig is everything `holdfast serve` reads from flags and environment.
+type serveConfig struct {
+	nodeID          string
+	dataDir         string
+	httpAddr        string
+	raftAddr        string
+	httpAdvertise   string
+	raftAdvertise   string
+	join            string
+	bootstrapExpect int
+	clusterKey      string
+	logLevel        string
+	logJSON         bool
+
+	heartbeatTimeout  time.Duration
+	electionTimeout   time.Duration
+	snapshotThreshold uint64
+	snapshotInterval  time.Duration
+	trailingLogs      uint64
+	sweepInterval     time.Duration
+	shutdownTimeout   time.Duration
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
+	c := &serveConfig{}
+	fs := flag.NewFlagSet("holdfast serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.nodeID, "node-id", "", "this node's id, stable across restarts (default: generated once and kept in the data dir)")
+	fs.StringVar(&c.dataDir, "data-dir", "./holdfast-data", "directory for the Raft log, snapshots and node id")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:7070", "address the HTTP API listens on")
+	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7071", "address the Raft transport listens on")
+	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node at (default: the listening address)")
+	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address other nodes dial (default: the listening address)")
+	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of other nodes, used by a node without data to find or form its cluster")
+	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "number of voters a new cluster forms with (with --join listing the others)")
+	fs.StringVar(&c.clusterKey, "cluster-key", "", "shared secret for node-to-node and operator calls (prefer HOLDFAST_CLUSTER_KEY)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.DurationVar(&c.heartbeatTimeout, "raft-heartbeat-timeout", time.Second, "Raft heartbeat timeout")
+	fs.DurationVar(&c.electionTimeout, "raft-election-timeout", time.Second, "Raft election timeout")
+	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
+	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 120*time.Second, "how often to check whether to snapshot")
+	fs.Uint64Var(&c.trailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
+	fs.DurationVar(&c.sweepInterval, "sweep-interval", time.Second, "how often the leader checks for expired deadlines")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if err := applyEnv(fs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// applyEnv sets every flag not given on the command line from its
+// HOLDFAST_* environment variable, if present.
+func applyEnv(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		name := "HOLDFAST_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("environment %s: %w", name, e)
+			}
+		}
+	})
+	return err
+}
+
+// nodeID returns the configured id, or the one kept in the data dir,
+// generating and storing it on first start.
+func (c *serveConfig) resolveNodeID() (string, error) {
+	path := filepath.Join(c.dataDir, "node-id")
+	if c.nodeID != "" {
+		return c.nodeID, nil
+	}
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read node id: %w", err)
+	}
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", fmt.Errorf("generate node id: %w", err)
+	}
+	id := "node-" + hex.EncodeToString(r[:])
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return "", fmt.Errorf("create data dir: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("store node id: %w", err)
+	}
+	return id, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func serve(args []string, stderr io.Writer) int {
+	c, err := parseServeFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "holdfast serve: %v\n", err)
+		return 2
+	}
+	log := hclog.New(&hclog.LoggerOptions{
+		Name:       "holdfast",
+		Level:      hclog.LevelFromString(c.logLevel),
+		JSONFormat: c.logJSON,
+		Output:     stderr,
+	})
+	if err := runNode(c, log); err != nil {
+		log.Error("holdfast serve failed", "error", err)
+		return 1
+	}
+	return 0
+}
+
+func runNode(c *serveConfig, log hclog.Logger) error {
+	id, err := c.resolveNodeID()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		return fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
+	}
+	httpAdvertise := c.httpAdvertise
+	if httpAdvertise == "" {
+		httpAdvertise = ln.Addr().String()
+	}
+	node, err := cluster.Open(cluster.Config{
+		NodeID:            id,
+		DataDir:           c.dataDir,
+		RaftBind:          c.raftAddr,
+		RaftAdvertise:     c.raftAdvertise,
+		HTTPAdvertise:     httpAdvertise,
+		Join:              splitList(c.join),
+		BootstrapExpect:   c.bootstrapExpect,
+		ClusterKey:        c.clusterKey,
+		Logger:            log,
+		HeartbeatTimeout:  c.heartbeatTimeout,
+		ElectionTimeout:   c.electionTimeout,
+		SnapshotThreshold: c.snapshotThreshold,
+		SnapshotInterval:  c.snapshotInterval,
+		TrailingLogs:      c.trailingLogs,
+		SweepInterval:     c.sweepInterval,
+	})
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("open node: %w", err)
+	}
+	gin.SetMode(gin.ReleaseMode)
+	srv := server.New(server.Config{Node: node, Logger: log})
+	hs := server.NewHTTPServer(srv.Handler())
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	log.Info("serving", "node_id", id, "http_addr", httpAdvertise, "raft_addr", node.RaftAddr(), "data_dir", c.dataDir)
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var runErr error
+	select {
+	case sig := <-sigs:
+		log.Info("shutting down; a second signal exits at once", "signal", sig.String())
+	case err := <-serveErr:
+		runErr = fmt.Errorf("http server: %w", err)
+	}
+	go func() {
+		<-sigs
+		log.Warn("second signal: exiting now")
+		os.Exit(1)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	// Leadership goes first, so requests keep being served through the new
+	// leader while this node's in-flight requests finish.
+	node.TransferLeadership(ctx)
+	if err := hs.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("HTTP shutdown did not finish cleanly", "error", err)
+	}
+	srv.Close()
+	if err := node.Shutdown(ctx); err != nil {
+		return errors.Join(runErr, fmt.Errorf("node shutdown: %w", err))
+	}
+	log.Info("stopped cleanly")
+	return runErr
+}
