@@ -1,0 +1,393 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/secret"
+)
+
+// testConfig returns a fast-timing configuration for an in-process node
+// with real TCP on loopback and real bolt files. Nodes that must not
+// bootstrap themselves get an unreachable join address and are added with
+// Join on the leader.
+func testConfig(t *testing.T, id, dir string, bootstrap bool) Config {
+	t.Helper()
+	c := Config{
+		NodeID:             id,
+		DataDir:            dir,
+		RaftBind:           "127.0.0.1:0",
+		HTTPAdvertise:      "127.0.0.1:9",
+		Logger:             hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}}),
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		LeaderLeaseTimeout: 200 * time.Millisecond,
+		CommitTimeout:      5 * time.Millisecond,
+		SweepInterval:      20 * time.Millisecond,
+		ProposeTimeout:     5 * time.Second,
+	}
+	if !bootstrap {
+		c.Join = []string{"127.0.0.1:9"}
+	}
+	return c
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+func open(t *testing.T, c Config) *Node {
+	t.Helper()
+	n, err := Open(c)
+	if err != nil {
+		t.Fatalf("Open %s: %v", c.NodeID, err)
+	}
+	t.Cleanup(func() { _ = n.Kill() })
+	return n
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitReadyLeader(t *testing.T, nodes ...*Node) *Node {
+	t.Helper()
+	var leader *Node
+	waitFor(t, "a ready leader", 15*time.Second, func() bool {
+		for _, n := range nodes {
+			if n.IsLeader() && n.lead.isReady() {
+				leader = n
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}
+
+func acquire(ctx context.Context, n *Node, key, owner string) (*fsm.LeaseResult, error) {
+	res, err := n.Propose(ctx, &fsm.LeaseAcquire{
+		Now:         n.Now(),
+		Lease:       secret.LeaseID("ns", key),
+		Fingerprint: secret.FingerprintHash("ns", key, ""),
+		Owner:       secret.OwnerTokenHash(owner),
+		TTLSeconds:  1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*fsm.LeaseResult), nil
+}
+
+// threeNodes forms a three-node cluster in process.
+func threeNodes(t *testing.T, tweak func(*Config)) ([]*Node, []Config) {
+	t.Helper()
+	var nodes []*Node
+	var cfgs []Config
+	for i := 0; i < 3; i++ {
+		c := testConfig(t, fmt.Sprintf("n%d", i), t.TempDir(), i == 0)
+		if tweak != nil {
+			tweak(&c)
+		}
+		cfgs = append(cfgs, c)
+		nodes = append(nodes, open(t, c))
+	}
+	leader := waitReadyLeader(t, nodes[0])
+	ctx := context.Background()
+	for _, n := range nodes[1:] {
+		if err := leader.Join(ctx, JoinRequest{NodeID: n.ID(), RaftAddr: n.RaftAddr(), HTTPAddr: "127.0.0.1:" + strconv.Itoa(10+len(n.ID())), Fresh: true}); err != nil {
+			t.Fatalf("join %s: %v", n.ID(), err)
+		}
+	}
+	// Keep each config's raft address so restarts bind the same port.
+	for i, n := range nodes {
+		cfgs[i].RaftBind = n.RaftAddr()
+		cfgs[i].Join = nil
+	}
+	waitConverged(t, nodes...)
+	return nodes, cfgs
+}
+
+// waitConverged waits until every node has applied the same index and
+// reports the same state hash.
+func waitConverged(t *testing.T, nodes ...*Node) {
+	t.Helper()
+	waitFor(t, "replicas to converge", 20*time.Second, func() bool {
+		first := nodes[0]
+		for _, n := range nodes[1:] {
+			if n.raft.AppliedIndex() != first.raft.AppliedIndex() {
+				return false
+			}
+		}
+		h := first.fsm.StateHash()
+		for _, n := range nodes[1:] {
+			if n.fsm.StateHash() != h {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestSingleNodeProposeAndRead(t *testing.T) {
+	n := open(t, testConfig(t, "solo", t.TempDir(), true))
+	waitReadyLeader(t, n)
+	r, err := acquire(context.Background(), n, "k", "A")
+	if err != nil {
+		t.Fatalf("propose: %v", err)
+	}
+	if r.Outcome != fsm.LeaseGranted || r.FencingToken != 1 {
+		t.Fatalf("result %+v", *r)
+	}
+	var counter uint64
+	if err := n.ReadLinearizable(context.Background(), func() { counter = n.fsm.FencingCounter() }); err != nil || counter != 1 {
+		t.Fatalf("linearizable read: %d, %v", counter, err)
+	}
+	if ok, why := n.Ready(); !ok {
+		t.Fatalf("not ready: %s", why)
+	}
+	st := n.Status()
+	if st.State != "leader" || st.LeaderID != "solo" || len(st.Nodes) != 1 || !st.Nodes[0].Voter || st.LeaderHTTPAddr != "127.0.0.1:9" {
+		t.Fatalf("status %+v", st)
+	}
+	if got := n.Counters().Proposals["applied"]; got < 2 { // the directory entry and the acquire
+		t.Fatalf("applied proposals %d", got)
+	}
+}
+
+// TestSweeperCommitsOnlyWhenDue checks that an idle leader appends nothing
+// and that an expired deadline is swept by a committed entry.
+func TestSweeperCommitsOnlyWhenDue(t *testing.T) {
+	n := open(t, testConfig(t, "solo", t.TempDir(), true))
+	waitReadyLeader(t, n)
+	ctx := context.Background()
+	s := fsm.DefaultSettings()
+	s.LeaseLifecycleSeconds = 1
+	if _, err := n.Propose(ctx, &fsm.SetSettings{Now: n.Now(), Settings: s}); err != nil {
+		t.Fatal(err)
+	}
+	idle := n.raft.LastIndex()
+	time.Sleep(300 * time.Millisecond) // 15 sweep intervals with nothing due
+	if got := n.raft.LastIndex(); got != idle {
+		t.Fatalf("idle leader appended %d entries", got-idle)
+	}
+	if _, err := acquire(ctx, n, "k", "A"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lease to be swept", 5*time.Second, func() bool { return n.Counters().Swept.LeasesRemoved == 1 })
+	if st := n.fsm.Stats(n.Now()); st.Leases != 0 {
+		t.Fatalf("lease still present: %+v", st)
+	}
+	after := n.raft.LastIndex()
+	time.Sleep(300 * time.Millisecond)
+	if got := n.raft.LastIndex(); got != after {
+		t.Fatalf("leader kept appending after the sweep: %d entries", got-after)
+	}
+	if c := n.Counters(); c.Sweeps != 1 {
+		t.Fatalf("sweeps %d, want exactly 1", c.Sweeps)
+	}
+}
+
+// TestFailoverFencingAndCatchUp kills the leader of three nodes, checks the
+// new leader grants higher fencing tokens, restarts the old leader from its
+// data and checks every replica ends with the same state.
+func TestFailoverFencingAndCatchUp(t *testing.T) {
+	nodes, cfgs := threeNodes(t, nil)
+	ctx := context.Background()
+	leader := waitReadyLeader(t, nodes...)
+	var last uint64
+	grant := func(n *Node, key string) {
+		t.Helper()
+		r, err := acquire(ctx, n, key, "owner-"+key)
+		if err != nil {
+			t.Fatalf("acquire %s: %v", key, err)
+		}
+		if r.Outcome != fsm.LeaseGranted || r.FencingToken <= last {
+			t.Fatalf("acquire %s: %v token %d after %d", key, r.Outcome, r.FencingToken, last)
+		}
+		last = r.FencingToken
+	}
+	for i := 0; i < 20; i++ {
+		grant(leader, fmt.Sprint("before-", i))
+	}
+	old := -1
+	for i, n := range nodes {
+		if n == leader {
+			old = i
+		}
+	}
+	if err := leader.Kill(); err != nil {
+		t.Fatalf("kill leader: %v", err)
+	}
+	var rest []*Node
+	for i, n := range nodes {
+		if i != old {
+			rest = append(rest, n)
+		}
+	}
+	newLeader := waitReadyLeader(t, rest...)
+	for i := 0; i < 20; i++ {
+		grant(newLeader, fmt.Sprint("after-", i))
+	}
+	// The lease on a key granted before failover, re-acquired after, gets a higher token.
+	time.Sleep(1100 * time.Millisecond) // let the 1 s leases lapse
+	grant(newLeader, "before-0")
+
+	restarted := open(t, cfgs[old])
+	nodes[old] = restarted
+	waitConverged(t, nodes...)
+	if restarted.fsm.FencingCounter() != last {
+		t.Fatalf("restarted node's counter %d, want %d", restarted.fsm.FencingCounter(), last)
+	}
+}
+
+// TestSnapshotInstallCatchUp stops a follower, lets the leader compact its
+// log past the follower's position, and checks the follower catches up by
+// installing a snapshot.
+func TestSnapshotInstallCatchUp(t *testing.T) {
+	nodes, cfgs := threeNodes(t, func(c *Config) {
+		c.SnapshotThreshold = 16
+		c.TrailingLogs = 4
+		c.SnapshotInterval = 50 * time.Millisecond
+	})
+	ctx := context.Background()
+	leader := waitReadyLeader(t, nodes...)
+	fi := 0
+	for i, n := range nodes {
+		if n != leader {
+			fi = i
+			break
+		}
+	}
+	if err := nodes[fi].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := leader.raft.LastIndex()
+	for i := 0; i < 200; i++ {
+		if _, err := acquire(ctx, leader, fmt.Sprint("k", i), "A"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "a leader snapshot past the stopped follower", 10*time.Second, func() bool {
+		idx, _ := strconv.ParseUint(leader.raft.Stats()["last_snapshot_index"], 10, 64)
+		return idx > stoppedAt+16
+	})
+	restarted := open(t, cfgs[fi])
+	nodes[fi] = restarted
+	waitConverged(t, nodes...)
+	idx, _ := strconv.ParseUint(restarted.raft.Stats()["last_snapshot_index"], 10, 64)
+	if idx <= stoppedAt {
+		t.Fatalf("follower caught up without installing a snapshot (last snapshot index %d, stopped at %d)", idx, stoppedAt)
+	}
+}
+
+// TestMinorityRefuses stops two of three nodes: the survivor, whether it
+// was the leader or a follower, must neither commit a write nor answer a
+// linearizable read.
+func TestMinorityRefuses(t *testing.T) {
+	for _, survivorWasLeader := range []bool{true, false} {
+		t.Run(fmt.Sprintf("survivor_was_leader=%v", survivorWasLeader), func(t *testing.T) {
+			nodes, _ := threeNodes(t, nil)
+			leader := waitReadyLeader(t, nodes...)
+			before := leader.fsm.FencingCounter()
+			var survivor *Node
+			for _, n := range nodes {
+				if survivor == nil && (n == leader) == survivorWasLeader {
+					survivor = n
+					continue
+				}
+				if err := n.Kill(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 5; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				r, err := acquire(ctx, survivor, fmt.Sprint("m", i), "A")
+				if err == nil {
+					cancel()
+					t.Fatalf("survivor granted a lease without quorum: %+v", *r)
+				}
+				if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrOutcomeUnknown) {
+					cancel()
+					t.Fatalf("unexpected error class: %v", err)
+				}
+				if err := survivor.ReadLinearizable(ctx, func() {}); err == nil {
+					cancel()
+					t.Fatal("survivor answered a linearizable read without quorum")
+				}
+				cancel()
+			}
+			if survivor.fsm.FencingCounter() != before {
+				t.Fatal("the survivor's state changed")
+			}
+			waitFor(t, "the survivor to stop being ready", 5*time.Second, func() bool { ok, _ := survivor.Ready(); return !ok })
+		})
+	}
+}
+
+func TestProposalErrorMapping(t *testing.T) {
+	n := &Node{}
+	cases := []struct {
+		in   error
+		want error
+	}{
+		{raft.ErrNotLeader, ErrNotLeader},
+		{raft.ErrLeadershipTransferInProgress, ErrNotLeader},
+		{raft.ErrEnqueueTimeout, ErrBusy},
+		{raft.ErrLeadershipLost, ErrOutcomeUnknown},
+		{raft.ErrRaftShutdown, ErrOutcomeUnknown},
+		{raft.ErrAbortedByRestore, ErrOutcomeUnknown},
+		{errors.New("something else"), ErrOutcomeUnknown},
+	}
+	for _, c := range cases {
+		got := n.proposalError(c.in)
+		if !errors.Is(got, c.want) || !errors.Is(got, c.in) && c.in.Error() != "something else" {
+			t.Errorf("proposalError(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	if c := n.Counters(); c.Proposals["outcome_unknown"] != 4 || c.Proposals["not_leader"] != 2 || c.Proposals["busy"] != 1 {
+		t.Fatalf("counters %+v", c.Proposals)
+	}
+}
+
+func TestLeadershipGenerations(t *testing.T) {
+	var l leadership
+	_, g1 := l.gain()
+	if !l.markReady(g1) || !l.isReady() {
+		t.Fatal("first term not ready")
+	}
+	l.lose()
+	if l.isReady() {
+		t.Fatal("ready after losing leadership")
+	}
+	if l.markReady(g1) {
+		t.Fatal("an old term's barrier marked the node ready")
+	}
+	ctx, g2 := l.gain()
+	_, g3 := l.gain() // true delivered twice
+	if ctx.Err() == nil {
+		t.Fatal("the superseded term's context was not cancelled")
+	}
+	if l.markReady(g2) || !l.markReady(g3) {
+		t.Fatal("generation check wrong after a repeated gain")
+	}
+}
