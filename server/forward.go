@@ -42,7 +42,7 @@ func (s *Server) onLeader(allowStale bool) gin.HandlerFunc {
 		}
 		if c.GetHeader(forwardedHeader) != "" {
 			// One hop only: leadership moved while the request travelled.
-			unavailable(c, 1, "leadership changed while the request was forwarded; nothing was changed, retry", gin.H{"outcome": "not_applied"})
+			retryLater("leadership changed while the request was forwarded; nothing was changed, retry", "not_applied").write(c)
 			return
 		}
 		addr := s.waitForLeader(c.Request.Context())
@@ -51,7 +51,7 @@ func (s *Server) onLeader(allowStale bool) gin.HandlerFunc {
 				c.Next()
 				return
 			}
-			unavailable(c, 2, "no leader is available (election in progress or no quorum); nothing was changed, retry shortly", gin.H{"outcome": "not_applied"})
+			retryLater("no leader is available (election in progress or no quorum); nothing was changed, retry shortly", "not_applied").write(c)
 			return
 		}
 		s.forward(c, addr)
@@ -111,10 +111,10 @@ func (s *Server) forward(c *gin.Context, leaderHTTP string) {
 	if err != nil {
 		if wrote && c.Request.Method != http.MethodGet {
 			s.log.Warn("forwarded request failed after it was sent", "route", c.FullPath(), "error", err)
-			unavailable(c, 1, "outcome unknown: the leader received the request but its answer was lost; it may or may not have taken effect", gin.H{"outcome": "unknown"})
+			retryLater("outcome unknown: the leader received the request but its answer was lost; it may or may not have taken effect", "unknown").write(c)
 			return
 		}
-		unavailable(c, 1, "the leader could not be reached; nothing was changed, retry shortly", gin.H{"outcome": "not_applied"})
+		retryLater("the leader could not be reached; nothing was changed, retry shortly", "not_applied").write(c)
 		return
 	}
 	defer resp.Body.Close()

@@ -52,7 +52,7 @@ func (s *Server) clusterJoin(c *gin.Context) {
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
 	if err := s.node.Join(ctx, req); err != nil {
-		clusterError(c, err)
+		clusterReply(err).write(c)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"ok": true, "node_id": req.NodeID})
@@ -66,7 +66,7 @@ func (s *Server) clusterRemove(c *gin.Context) {
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
 	if err := s.node.Remove(ctx, req.NodeID); err != nil {
-		clusterError(c, err)
+		clusterReply(err).write(c)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"ok": true, "node_id": req.NodeID})
@@ -80,7 +80,7 @@ func (s *Server) getSettings(c *gin.Context) {
 		ctx, cancel := s.requestContext(c)
 		defer cancel()
 		if err := s.node.ReadLinearizable(ctx, func() { st = s.node.FSM().Settings() }); err != nil {
-			clusterError(c, err)
+			clusterReply(err).write(c)
 			return
 		}
 	}
@@ -140,7 +140,7 @@ func (s *Server) putSettings(c *gin.Context) {
 	defer cancel()
 	res, err := s.node.Propose(ctx, &fsm.SetSettings{Now: s.node.Now(), Settings: next})
 	if err != nil {
-		clusterError(c, err)
+		clusterReply(err).write(c)
 		return
 	}
 	r, ok := res.(*fsm.SettingsResult)

@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -12,34 +11,24 @@ import (
 
 // fail writes a JSON error body and stops the handler chain.
 func fail(c *gin.Context, status int, msg string) {
-	c.AbortWithStatusJSON(status, gin.H{"ok": false, "error": msg})
+	errReply(status, msg, nil).write(c)
 }
 
-// unavailable writes a 503 with Retry-After.
-func unavailable(c *gin.Context, retryAfter int, msg string, extra gin.H) {
-	c.Header("Retry-After", strconv.Itoa(retryAfter))
-	body := gin.H{"ok": false, "error": msg, "retry_after_seconds": retryAfter}
-	for k, v := range extra {
-		body[k] = v
-	}
-	c.AbortWithStatusJSON(http.StatusServiceUnavailable, body)
-}
-
-// clusterError answers an error from the cluster package: outcome unknown,
-// retryable unavailability, invalid membership requests.
-func clusterError(c *gin.Context, err error) {
+// clusterReply maps an error from the cluster package. Only errors known to
+// mean "nothing was written" are reported as safe to retry; anything else
+// may have taken effect and is reported as outcome unknown.
+func clusterReply(err error) reply {
 	switch {
-	case errors.Is(err, cluster.ErrOutcomeUnknown):
-		unavailable(c, 1, "outcome unknown: the request may or may not have taken effect; retry it if it is safe to repeat, or read the state to find out", gin.H{"outcome": "unknown"})
-	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrNotReady), errors.Is(err, cluster.ErrNoLeader):
-		unavailable(c, 1, "no leader is available to serve this request; nothing was changed, retry shortly", gin.H{"outcome": "not_applied"})
-	case errors.Is(err, cluster.ErrBusy):
-		unavailable(c, 1, "the leader is overloaded; nothing was changed, retry shortly", gin.H{"outcome": "not_applied"})
 	case errors.Is(err, cluster.ErrInvalidMember):
-		fail(c, http.StatusBadRequest, err.Error())
+		return errReply(http.StatusBadRequest, err.Error(), nil)
 	case errors.Is(err, cluster.ErrUnknownMember):
-		fail(c, http.StatusNotFound, err.Error())
-	default:
-		unavailable(c, 1, "the cluster could not complete the request; it may or may not have taken effect", gin.H{"outcome": "unknown"})
+		return errReply(http.StatusNotFound, err.Error(), nil)
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
+		return retryLater("outcome unknown: the request may or may not have taken effect; retry it if it is safe to repeat, or read the state to find out", "unknown")
+	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrNotReady), errors.Is(err, cluster.ErrNoLeader):
+		return retryLater("no leader is available to serve this request (election in progress or no quorum); nothing was changed, retry shortly", "not_applied")
+	case errors.Is(err, cluster.ErrBusy):
+		return retryLater("the leader is overloaded; nothing was changed, retry shortly", "not_applied")
 	}
+	return retryLater("outcome unknown: the cluster could not confirm the request; it may or may not have taken effect", "unknown")
 }

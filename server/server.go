@@ -22,6 +22,11 @@ type Config struct {
 	LeaderWait time.Duration
 	// RequestTimeout bounds the work of one request, proposals included (default 10 s).
 	RequestTimeout time.Duration
+	// RateLimit is the sustained API requests per second allowed per client
+	// address on this node; 0 disables the limit.
+	RateLimit float64
+	// RateBurst is how many API requests a client address may make at once.
+	RateBurst int
 }
 
 // Server serves holdfast's HTTP endpoints for one node.
@@ -29,8 +34,10 @@ type Server struct {
 	cfg    Config
 	node   *cluster.Node
 	log    hclog.Logger
-	engine *gin.Engine
-	proxy  *http.Transport
+	engine  *gin.Engine
+	proxy   *http.Transport
+	metrics *metrics
+	limiter *rateLimiter
 }
 
 // New builds the router for cfg.Node.
@@ -54,12 +61,16 @@ func New(cfg Config) *Server {
 			ResponseHeaderTimeout: cfg.RequestTimeout + 5*time.Second,
 		},
 	}
+	s.metrics = newMetrics(cfg.Node)
+	s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
 	s.engine = gin.New()
 	s.engine.HandleMethodNotAllowed = true
-	s.engine.Use(s.recoverJSON(), s.logRequests())
+	s.engine.Use(s.recoverJSON(), s.metrics.observe(), s.logRequests())
+	s.engine.GET("/metrics", s.metrics.handler())
 	s.engine.NoRoute(func(c *gin.Context) { fail(c, http.StatusNotFound, "no such endpoint") })
 	s.engine.NoMethod(func(c *gin.Context) { fail(c, http.StatusMethodNotAllowed, "method not allowed on this endpoint") })
 	s.routeOps()
+	s.routeAPI()
 	return s
 }
 

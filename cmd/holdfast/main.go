@@ -2,8 +2,9 @@
 //
 // Usage:
 //
-//	holdfast serve [flags]   run a node (with no flags: a single-node cluster in ./holdfast-data)
-//	holdfast help            show this help
+//	holdfast serve [flags]            run a node (with no flags: a single-node cluster in ./holdfast-data)
+//	holdfast example-worker [flags]   run the bounded example worker against a node
+//	holdfast help                     show this help
 //
 // Every serve flag has a HOLDFAST_* environment equivalent (--data-dir is
 // HOLDFAST_DATA_DIR); a flag given on the command line wins.
@@ -28,6 +29,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stderr)
+	case "example-worker":
+		return exampleWorker(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -41,8 +44,9 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `holdfast: a highly available lease and job-queue service
 
 Commands:
-  serve    run a node; with no flags, a single-node cluster with its data in ./holdfast-data
-  help     show this help
+  serve           run a node; with no flags, a single-node cluster with its data in ./holdfast-data
+  example-worker  create a queue, enqueue a sample job, claim, handle, ack and read it back
+  help            show this help
 
 Run "holdfast serve -h" for the node's flags.
 `)

@@ -35,6 +35,8 @@ type serveConfig struct {
 	join            string
 	bootstrapExpect int
 	clusterKey      string
+	rateLimit       float64
+	rateBurst       int
 	logLevel        string
 	logJSON         bool
 
@@ -60,6 +62,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of other nodes, used by a node without data to find or form its cluster")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "number of voters a new cluster forms with (with --join listing the others)")
 	fs.StringVar(&c.clusterKey, "cluster-key", "", "shared secret for node-to-node and operator calls (prefer HOLDFAST_CLUSTER_KEY)")
+	fs.Float64Var(&c.rateLimit, "rate-limit", 1000, "API requests per second allowed per client address on this node (0: no limit)")
+	fs.IntVar(&c.rateBurst, "rate-burst", 2000, "API requests a client address may make at once")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
 	fs.DurationVar(&c.heartbeatTimeout, "raft-heartbeat-timeout", time.Second, "Raft heartbeat timeout")
@@ -196,7 +200,7 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		return fmt.Errorf("open node: %w", err)
 	}
 	gin.SetMode(gin.ReleaseMode)
-	srv := server.New(server.Config{Node: node, Logger: log})
+	srv := server.New(server.Config{Node: node, Logger: log, RateLimit: c.rateLimit, RateBurst: c.rateBurst})
 	hs := server.NewHTTPServer(srv.Handler())
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()

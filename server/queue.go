@@ -1,0 +1,345 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/jsoncanon"
+	"github.com/holdfast/holdfast/internal/secret"
+)
+
+// EnqueueInput is the body of POST /queue/{id}/jobs.
+type EnqueueInput struct {
+	JobKey  *string         `json:"job_key" jsonschema:"1 to 64 characters, starting with an ASCII letter or digit, then letters, digits, '.', '_', ':' or '-'; retrying the same key and payload returns the existing job"`
+	Payload json.RawMessage `json:"payload" jsonschema:"any JSON value, including null, at most 16384 bytes encoded"`
+}
+
+// ClaimInput is the body of POST /queue/{id}/claim.
+type ClaimInput struct {
+	VisibilityTimeout *int64 `json:"visibility_timeout,omitempty" jsonschema:"seconds the claim hides the job from other workers, 30 to 900, default 60; capped at the queue's expiry"`
+}
+
+// ReceiptInput is the body of ack and release.
+type ReceiptInput struct {
+	Receipt *string `json:"receipt" jsonschema:"the secret receipt returned by the claim (64 lowercase hex characters)"`
+}
+
+// RenewInput is the body of renew.
+type RenewInput struct {
+	Receipt           *string `json:"receipt" jsonschema:"the secret receipt returned by the claim (64 lowercase hex characters)"`
+	VisibilityTimeout *int64  `json:"visibility_timeout,omitempty" jsonschema:"new visibility window in seconds from now, 30 to 900, default 60; capped at the queue's expiry"`
+}
+
+// queueAuth is a parsed queue id and bearer token.
+type queueAuth struct {
+	queue secret.ID
+	token secret.Hash
+}
+
+// parseQueueAuth validates the queue id and the bearer token's format.
+func parseQueueAuth(queueID, token string, tokenPresent bool) (queueAuth, *reply) {
+	id, ok := secret.ParseID(queueID)
+	if !ok {
+		r := errReply(http.StatusNotFound, "queue not found: queue_id must be 32 lowercase hex characters", gin.H{"field": "queue_id"})
+		return queueAuth{}, &r
+	}
+	if !tokenPresent {
+		r := errReply(http.StatusUnauthorized, "a queue token is required: send Authorization: Bearer TOKEN", nil)
+		r.Bearer = true
+		return queueAuth{}, &r
+	}
+	if !secret.ValidToken(token) {
+		r := errReply(http.StatusUnauthorized, "the token is not a queue token: tokens are 64 lowercase hex characters", nil)
+		r.Bearer = true
+		return queueAuth{}, &r
+	}
+	return queueAuth{queue: id, token: secret.RoleTokenHash(token)}, nil
+}
+
+// parseJobID validates a job id.
+func parseJobID(jobID string) (secret.ID, *reply) {
+	id, ok := secret.ParseID(jobID)
+	if !ok {
+		r := errReply(http.StatusNotFound, "job not found: job_id must be 32 lowercase hex characters", gin.H{"field": "job_id"})
+		return id, &r
+	}
+	return id, nil
+}
+
+// preauthorize refuses a request whose queue or token is wrong before
+// anything is proposed; Apply checks again.
+func (s *Server) preauthorize(a queueAuth, role fsm.Role) *reply {
+	if o := s.node.FSM().Authorize(a.queue, role, a.token, s.node.Now()); o != 0 {
+		r := queueReply(&fsm.QueueResult{Outcome: o}, nil)
+		return &r
+	}
+	return nil
+}
+
+const maxIDRetries = 3
+
+func (s *Server) createQueue(ctx context.Context, clientIP string) reply {
+	for attempt := 0; attempt < maxIDRetries; attempt++ {
+		id, err := secret.NewID()
+		if err != nil {
+			return errReply(http.StatusInternalServerError, "could not generate a queue id", nil)
+		}
+		var toks [3]string
+		for i := range toks {
+			if toks[i], err = secret.NewToken(); err != nil {
+				return errReply(http.StatusInternalServerError, "could not generate queue tokens", nil)
+			}
+		}
+		r, rep := s.proposeQueue(ctx, &fsm.QueueCreate{
+			Now: s.node.Now(), Queue: id,
+			WriteToken: secret.RoleTokenHash(toks[0]), WorkerToken: secret.RoleTokenHash(toks[1]), ReadToken: secret.RoleTokenHash(toks[2]),
+			Client: secret.ClientHash(clientIP),
+		})
+		if r == nil {
+			return rep
+		}
+		if r.Outcome == fsm.QueueIDTaken {
+			continue
+		}
+		if r.Outcome != fsm.QueueCreated {
+			return queueReply(r, nil)
+		}
+		body := queueBody(r.Queue)
+		body["write_token"], body["worker_token"], body["read_token"] = toks[0], toks[1], toks[2]
+		return okReply(http.StatusCreated, body)
+	}
+	return errReply(http.StatusInternalServerError, "could not allocate a unique queue id", nil)
+}
+
+func (s *Server) enqueue(ctx context.Context, a queueAuth, in EnqueueInput) reply {
+	st := s.node.FSM().Settings()
+	if in.JobKey == nil {
+		return invalid("job_key", "is required")
+	}
+	if fsm.ValidJobKey(*in.JobKey) != nil {
+		return invalid("job_key", fsm.JobKeyRule)
+	}
+	if in.Payload == nil {
+		return invalid("payload", "is required: any JSON value, including null")
+	}
+	payload, err := jsoncanon.Canonicalize(in.Payload)
+	if err != nil {
+		return invalid("payload", "must be valid JSON: "+err.Error())
+	}
+	if int64(len(payload)) > st.MaxPayloadBytes {
+		return tooLarge("payload", fmt.Sprintf("must be at most %d bytes encoded (got %d)", st.MaxPayloadBytes, len(payload)))
+	}
+	if r := s.preauthorize(a, fsm.RoleWrite); r != nil {
+		return *r
+	}
+	for attempt := 0; attempt < maxIDRetries; attempt++ {
+		job, err := secret.NewID()
+		if err != nil {
+			return errReply(http.StatusInternalServerError, "could not generate a job id", nil)
+		}
+		r, rep := s.proposeQueue(ctx, &fsm.JobEnqueue{Now: s.node.Now(), Queue: a.queue, Token: a.token, Job: job, Key: *in.JobKey, Payload: payload})
+		if r == nil {
+			return rep
+		}
+		if r.Outcome != fsm.JobIDTaken {
+			return queueReply(r, nil)
+		}
+	}
+	return errReply(http.StatusInternalServerError, "could not allocate a unique job id", nil)
+}
+
+func (s *Server) claim(ctx context.Context, a queueAuth, in ClaimInput) reply {
+	vis, bad := visibilitySeconds(in.VisibilityTimeout, s.node.FSM().Settings())
+	if bad != nil {
+		return *bad
+	}
+	if r := s.preauthorize(a, fsm.RoleWorker); r != nil {
+		return *r
+	}
+	receipt, err := secret.NewToken()
+	if err != nil {
+		return errReply(http.StatusInternalServerError, "could not generate a receipt", nil)
+	}
+	r, rep := s.proposeQueue(ctx, &fsm.JobClaim{Now: s.node.Now(), Queue: a.queue, Token: a.token, Receipt: secret.ReceiptHash(receipt), VisibilitySeconds: vis})
+	if r == nil {
+		return rep
+	}
+	return queueReply(r, &receipt)
+}
+
+// jobOp is ack, release or renew.
+type jobOp int
+
+const (
+	opAck jobOp = iota
+	opJobRelease
+	opJobRenew
+)
+
+func (s *Server) receiptOp(ctx context.Context, op jobOp, a queueAuth, jobID string, receipt *string, visibility *int64) reply {
+	job, bad := parseJobID(jobID)
+	if bad != nil {
+		return *bad
+	}
+	if receipt == nil {
+		return invalid("receipt", "is required")
+	}
+	if !secret.ValidToken(*receipt) {
+		return invalid("receipt", "must be the receipt returned by claim: 64 lowercase hex characters")
+	}
+	if r := s.preauthorize(a, fsm.RoleWorker); r != nil {
+		return *r
+	}
+	now, rh := s.node.Now(), secret.ReceiptHash(*receipt)
+	var cmd fsm.Command
+	switch op {
+	case opAck:
+		cmd = &fsm.JobAck{Now: now, Queue: a.queue, Token: a.token, Job: job, Receipt: rh}
+	case opJobRelease:
+		cmd = &fsm.JobRelease{Now: now, Queue: a.queue, Token: a.token, Job: job, Receipt: rh}
+	case opJobRenew:
+		vis, bad := visibilitySeconds(visibility, s.node.FSM().Settings())
+		if bad != nil {
+			return *bad
+		}
+		cmd = &fsm.JobRenew{Now: now, Queue: a.queue, Token: a.token, Job: job, Receipt: rh, VisibilitySeconds: vis}
+	}
+	r, rep := s.proposeQueue(ctx, cmd)
+	if r == nil {
+		return rep
+	}
+	return queueReply(r, nil)
+}
+
+// readQueue answers GET /queue/{id}: linearizable unless stale is set.
+func (s *Server) readQueue(ctx context.Context, a queueAuth, jobID string, stale bool) reply {
+	var job secret.ID
+	if jobID != "" {
+		var bad *reply
+		if job, bad = parseJobID(jobID); bad != nil {
+			return *bad
+		}
+	}
+	var r fsm.QueueResult
+	read := func() {
+		if jobID == "" {
+			r = s.node.FSM().ReadQueue(a.queue, a.token, s.node.Now())
+		} else {
+			r = s.node.FSM().ReadJob(a.queue, a.token, job, s.node.Now())
+		}
+	}
+	if stale {
+		read()
+	} else if err := s.node.ReadLinearizable(ctx, read); err != nil {
+		return clusterReply(err)
+	}
+	if r.Outcome != fsm.QueueFound {
+		return queueReply(&r, nil)
+	}
+	if jobID == "" {
+		return okReply(http.StatusOK, queueBody(r.Queue))
+	}
+	return okReply(http.StatusOK, gin.H{"job": jobBody(r.Job)})
+}
+
+func (s *Server) proposeQueue(ctx context.Context, cmd fsm.Command) (*fsm.QueueResult, reply) {
+	res, err := s.node.Propose(ctx, cmd)
+	if err != nil {
+		return nil, clusterReply(err)
+	}
+	r, ok := res.(*fsm.QueueResult)
+	if !ok {
+		return nil, errReply(http.StatusInternalServerError, fmt.Sprintf("unexpected state machine result %T", res), nil)
+	}
+	return r, reply{}
+}
+
+func queueBody(q fsm.QueueView) gin.H {
+	return gin.H{
+		"queue_id":             q.ID.String(),
+		"created_at_timestamp": secondsOf(q.CreatedAt),
+		"expire_timestamp":     secondsOf(q.ExpiresAt),
+		"counts": gin.H{
+			"pending":   q.Counts.Pending,
+			"claimed":   q.Counts.Claimed,
+			"completed": q.Counts.Completed,
+			"failed":    q.Counts.Failed,
+			"total":     q.Counts.Total,
+		},
+	}
+}
+
+func jobBody(j *fsm.JobView) gin.H {
+	b := gin.H{
+		"job_id":               j.ID.String(),
+		"job_key":              j.Key,
+		"payload":              json.RawMessage(j.Payload),
+		"status":               j.Status.String(),
+		"attempts":             j.Attempts,
+		"created_at_timestamp": secondsOf(j.CreatedAt),
+		"updated_at_timestamp": secondsOf(j.UpdatedAt),
+		"expire_timestamp":     secondsOf(j.QueueExpiresAt),
+	}
+	if j.VisibleAt != 0 {
+		b["claim_expire_timestamp"] = secondsOf(j.VisibleAt)
+	}
+	if j.CompletedAt != 0 {
+		b["completed_at_timestamp"] = secondsOf(j.CompletedAt)
+	}
+	return b
+}
+
+// queueReply maps a queue outcome to its reply. receipt is the raw receipt
+// of a claim, which only the leader's handler knows.
+func queueReply(r *fsm.QueueResult, receipt *string) reply {
+	switch r.Outcome {
+	case fsm.QueueNotFound:
+		return errReply(http.StatusNotFound, "queue not found (it never existed or has expired)", nil)
+	case fsm.QueueForbidden:
+		return errReply(http.StatusForbidden, "this token does not allow this operation on this queue", nil)
+	case fsm.JobNotFound:
+		return errReply(http.StatusNotFound, "job not found in this queue", nil)
+	case fsm.QueueRateLimited:
+		rep := errReply(http.StatusTooManyRequests, "queue creation limit reached for this client address; retry after retry_after_seconds", gin.H{"retry_after_seconds": r.RetryAfterSeconds})
+		rep.RetryAfter = int(r.RetryAfterSeconds)
+		return rep
+	case fsm.JobCreated, fsm.JobDeduplicated:
+		status := http.StatusCreated
+		if r.Outcome == fsm.JobDeduplicated {
+			status = http.StatusOK
+		}
+		return okReply(status, gin.H{"deduplicated": r.Outcome == fsm.JobDeduplicated, "job_id": r.Job.ID.String(), "job": jobBody(r.Job)})
+	case fsm.JobKeyConflict:
+		return errReply(http.StatusConflict, "a job with this job_key exists with a different payload", gin.H{"job_id": r.Job.ID.String()})
+	case fsm.JobLimitReached:
+		return errReply(http.StatusConflict, "the queue holds its maximum number of distinct jobs", gin.H{"limit": r.Queue.Counts.Total})
+	case fsm.QueueEmpty:
+		return okReply(http.StatusOK, gin.H{"job": nil})
+	case fsm.JobClaimed, fsm.JobAcked, fsm.JobReleased, fsm.JobRenewed:
+		body := jobBody(r.Job)
+		if receipt != nil {
+			body["receipt"] = *receipt
+		}
+		return okReply(http.StatusOK, gin.H{"job": body})
+	case fsm.ReceiptRejected:
+		return errReply(http.StatusConflict, rejectMessage(r.Reason), gin.H{"reason": r.Reason.String()})
+	case fsm.QueueInvalid:
+		return errReply(http.StatusBadRequest, "the request broke a limit that changed while it was processed; check /cluster/settings and retry", nil)
+	}
+	return errReply(http.StatusInternalServerError, "unexpected queue outcome "+r.Outcome.String(), nil)
+}
+
+func rejectMessage(r fsm.RejectReason) string {
+	switch r {
+	case fsm.ReceiptExpired:
+		return "the receipt's claim has ended (its visibility window passed or it was released); claim the job again"
+	case fsm.ReceiptJobCompleted:
+		return "the job is already completed"
+	}
+	return "the receipt is not the job's current claim (superseded by a later claim, or never issued for this job)"
+}

@@ -1,0 +1,51 @@
+package server
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// maxIdentityLength bounds namespaced keys and fingerprints.
+const maxIdentityLength = 512
+
+// checkText applies the rule for namespaced keys and fingerprints: 1 to 512
+// bytes of valid UTF-8 without control characters.
+func checkText(field, v string) *reply {
+	if len(v) < 1 || len(v) > maxIdentityLength {
+		r := invalid(field, fmt.Sprintf("must be 1 to %d bytes", maxIdentityLength))
+		return &r
+	}
+	if !utf8.ValidString(v) {
+		r := invalid(field, "must be valid UTF-8")
+		return &r
+	}
+	for _, c := range v {
+		if c < 0x20 || c == 0x7f {
+			r := invalid(field, "must not contain control characters")
+			return &r
+		}
+	}
+	return nil
+}
+
+// intInRange returns v (or def when v is nil) if it lies in [lo, hi].
+func intInRange(field string, v *int64, def, lo, hi int64) (int64, *reply) {
+	if v == nil {
+		return def, nil
+	}
+	if *v < lo || *v > hi {
+		r := invalid(field, fmt.Sprintf("must be an integer from %d to %d", lo, hi))
+		return 0, &r
+	}
+	return *v, nil
+}
+
+func ttlSeconds(v *int64, st fsm.Settings) (int64, *reply) {
+	return intInRange("ttl_seconds", v, st.LeaseTTLDefaultSeconds, st.LeaseTTLMinSeconds, st.LeaseTTLMaxSeconds)
+}
+
+func visibilitySeconds(v *int64, st fsm.Settings) (int64, *reply) {
+	return intInRange("visibility_timeout", v, st.VisibilityDefaultSeconds, st.VisibilityMinSeconds, st.VisibilityMaxSeconds)
+}
