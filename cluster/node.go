@@ -27,6 +27,7 @@ type Node struct {
 	store     *raftboltdb.BoltStore
 
 	notifyCh   chan bool
+	proposeCh  chan *proposal
 	shutdownCh chan struct{}
 	closeOnce  sync.Once
 	wg         sync.WaitGroup
@@ -52,6 +53,7 @@ func Open(cfg Config) (*Node, error) {
 		log:        cfg.Logger.Named("cluster"),
 		fsm:        fsm.New(),
 		notifyCh:   make(chan bool, 8),
+		proposeCh:  make(chan *proposal, 4*maxBatch),
 		shutdownCh: make(chan struct{}),
 	}
 	if err := n.openStores(); err != nil {
@@ -68,7 +70,14 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, fmt.Errorf("inspect existing raft state: %w", err)
 	}
-	r, err := raft.NewRaft(n.raftConfig(), n.fsm, n.store, n.store, snaps, n.transport)
+	// The log cache keeps recent entries in memory, so replicating them does
+	// not read them back from bolt.
+	logs, err := raft.NewLogCache(1024, n.store)
+	if err != nil {
+		n.closeStores()
+		return nil, fmt.Errorf("create log cache: %w", err)
+	}
+	r, err := raft.NewRaft(n.raftConfig(), n.fsm, logs, n.store, snaps, n.transport)
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("start raft: %w", err)
@@ -77,6 +86,9 @@ func Open(cfg Config) (*Node, error) {
 	n.log.Info("raft started", "node_id", cfg.NodeID, "raft_addr", n.RaftAddr(), "http_addr", cfg.HTTPAdvertise, "existing_state", hasState)
 
 	n.goLoop(n.watchLeadership)
+	for i := 0; i < flushers; i++ {
+		n.goLoop(n.flush)
+	}
 	n.goLoop(n.registerLoop)
 	if !hasState {
 		if len(cfg.Join) == 0 && cfg.BootstrapExpect <= 1 {
@@ -94,7 +106,7 @@ func Open(cfg Config) (*Node, error) {
 func (n *Node) openStores() error {
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path:                    n.cfg.boltPath(),
-		BoltOptions:             &bbolt.Options{Timeout: 2 * time.Second},
+		BoltOptions:             &bbolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 		MsgpackUseNewTimeFormat: true,
 	})
 	if err != nil {

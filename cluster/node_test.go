@@ -391,3 +391,60 @@ func TestLeadershipGenerations(t *testing.T) {
 		t.Fatal("generation check wrong after a repeated gain")
 	}
 }
+
+// TestConcurrentProposalsShareEntries checks group commit: many concurrent
+// proposals all apply, with distinct fencing tokens, in fewer log entries
+// than proposals.
+func TestConcurrentProposalsShareEntries(t *testing.T) {
+	n := open(t, testConfig(t, "solo", t.TempDir(), true))
+	waitReadyLeader(t, n)
+	const count = 500
+	before := n.raft.LastIndex()
+	tokens := make(chan uint64, count)
+	errs := make(chan error, count)
+	for i := 0; i < count; i++ {
+		go func() {
+			r, err := acquire(context.Background(), n, fmt.Sprint("k", i), "A")
+			if err != nil {
+				errs <- err
+				return
+			}
+			tokens <- r.FencingToken
+		}()
+	}
+	seen := map[uint64]bool{}
+	for i := 0; i < count; i++ {
+		select {
+		case err := <-errs:
+			t.Fatalf("proposal failed: %v", err)
+		case tok := <-tokens:
+			if seen[tok] {
+				t.Fatalf("fencing token %d issued twice", tok)
+			}
+			seen[tok] = true
+		case <-time.After(30 * time.Second):
+			t.Fatal("proposals did not finish")
+		}
+	}
+	entries := n.raft.LastIndex() - before
+	if entries >= count {
+		t.Fatalf("%d proposals took %d log entries; concurrent writes should share entries", count, entries)
+	}
+	t.Logf("%d proposals in %d entries", count, entries)
+}
+
+func TestWithdrawnProposalIsNeverApplied(t *testing.T) {
+	n := &Node{}
+	queued := &proposal{}
+	if err := n.giveUp(queued, ErrBusy, context.DeadlineExceeded); !errors.Is(err, ErrBusy) {
+		t.Fatalf("withdrawing a queued proposal: %v", err)
+	}
+	if queued.state.CompareAndSwap(proposalQueued, proposalTaken) {
+		t.Fatal("a flusher could still take a withdrawn proposal")
+	}
+	taken := &proposal{}
+	taken.state.Store(proposalTaken)
+	if err := n.giveUp(taken, ErrBusy, context.DeadlineExceeded); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("giving up on a taken proposal: %v", err)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -23,13 +22,14 @@ var (
 )
 
 // Propose commits cmd through Raft and returns the state machine's typed
-// result once it is applied on this node. It waits at most until ctx is
-// done or the configured ProposeTimeout, whichever is sooner.
+// result once it is applied on this node. Concurrent proposals share a log
+// entry (see flush). It waits at most until ctx is done or the configured
+// ProposeTimeout, whichever is sooner.
 //
-// Errors: ErrNotLeader when this node is not (or stopped being) the leader
-// before the entry was accepted, which is safe to retry; ErrOutcomeUnknown
-// (wrapping the cause) when leadership was lost, the deadline passed or the
-// node shut down after the entry may have reached the log.
+// Errors: ErrNotLeader or ErrBusy when nothing was written and the request
+// may be retried; ErrOutcomeUnknown (wrapping the cause) when leadership was
+// lost, the deadline passed or the node shut down after the entry may have
+// reached the log.
 func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error) {
 	if n.raft.State() != raft.Leader {
 		n.counters.proposal("not_leader")
@@ -37,24 +37,39 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
 	defer cancel()
-	enqueue := n.cfg.ProposeTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		enqueue = time.Until(dl)
-	}
-	f := n.raft.Apply(fsm.Encode(cmd), enqueue)
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	p := &proposal{data: fsm.Encode(cmd), done: make(chan proposalResult, 1)}
 	select {
-	case err := <-done:
-		if err != nil {
-			return nil, n.proposalError(err)
-		}
+	case n.proposeCh <- p:
 	case <-ctx.Done():
-		n.counters.proposal("outcome_unknown")
-		return nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		n.counters.proposal("busy")
+		return nil, fmt.Errorf("%w: %w", ErrBusy, ctx.Err())
+	case <-n.shutdownCh:
+		return nil, fmt.Errorf("%w: %w", ErrNotLeader, errShutdown)
 	}
-	n.counters.proposal("applied")
-	return f.Response(), nil
+	select {
+	case r := <-p.done:
+		if r.err != nil {
+			return nil, r.err
+		}
+		n.counters.proposal("applied")
+		return r.resp, nil
+	case <-ctx.Done():
+		return nil, n.giveUp(p, ErrBusy, ctx.Err())
+	case <-n.shutdownCh:
+		return nil, n.giveUp(p, ErrNotLeader, errShutdown)
+	}
+}
+
+// giveUp withdraws a proposal whose waiter stops waiting. Still queued, it
+// will never be proposed and notApplied is returned; already taken by a
+// flusher, its outcome is unknown.
+func (n *Node) giveUp(p *proposal, notApplied, cause error) error {
+	if p.state.CompareAndSwap(proposalQueued, proposalWithdrawn) {
+		n.counters.proposal("busy")
+		return fmt.Errorf("%w: withdrawn before it was proposed: %w", notApplied, cause)
+	}
+	n.counters.proposal("outcome_unknown")
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, cause)
 }
 
 // proposalError maps a Raft future error to this package's errors, counting it.

@@ -27,6 +27,7 @@ const (
 	TypeSetSettings   CommandType = 12
 	TypeSetNode       CommandType = 13
 	TypeRemoveNode    CommandType = 14
+	TypeBatch         CommandType = 15
 )
 
 // bodyVersion is the version byte written after the type byte. Decoders
@@ -485,6 +486,8 @@ func newCommand(t CommandType) Command {
 		return &SetNode{}
 	case TypeRemoveNode:
 		return &RemoveNode{}
+	case TypeBatch:
+		return &Batch{}
 	}
 	return nil
 }
@@ -506,6 +509,11 @@ func Decode(b []byte) (Command, error) {
 	c.decodeBody(d, version)
 	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("decode command type %d: %w", t, err)
+	}
+	if b, ok := c.(*Batch); ok {
+		if err := b.valid(); err != nil {
+			return nil, fmt.Errorf("decode batch: %w", err)
+		}
 	}
 	return c, nil
 }

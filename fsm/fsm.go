@@ -65,9 +65,10 @@ func (f *FSM) ApplyCommand(c Command) interface{} {
 
 // apply advances the clock and dispatches on the command type. The result
 // is always one of the typed results: *LeaseResult, *QueueResult,
-// *SweepResult, *SettingsResult or *DirectoryResult.
+// *SweepResult, *SettingsResult, *DirectoryResult or *BatchResult.
 func (s *state) apply(c Command) interface{} {
 	s.advance(c.Stamp())
+	// A batch's own stamp is 0; its commands advance the clock themselves.
 	switch c := c.(type) {
 	case *LeaseAcquire:
 		r := s.applyLeaseAcquire(c)
@@ -111,6 +112,12 @@ func (s *state) apply(c Command) interface{} {
 	case *RemoveNode:
 		r := s.applyRemoveNode(c)
 		return &r
+	case *Batch:
+		r := &BatchResult{Results: make([]interface{}, len(c.Commands))}
+		for i, sub := range c.Commands {
+			r.Results[i] = s.apply(sub)
+		}
+		return r
 	}
 	panic(fmt.Sprintf("holdfast fsm: no handler for command type %d", c.Type()))
 }

@@ -188,9 +188,25 @@ func TestModelReplicasAgree(t *testing.T) {
 				}
 				i += n
 			}
-			ha, hb, hc := a.StateHash(), b.StateHash(), c.StateHash()
-			if ha != hb || ha != hc {
-				t.Fatalf("state hashes differ: %s %s %s", ha, hb, hc)
+			// Replica d receives the same commands grouped into Batch entries.
+			d := New()
+			for i := 0; i < len(cmds); {
+				n := min(1+g.pick(40), len(cmds)-i)
+				enc := make([][]byte, n)
+				for k := range enc {
+					enc[k] = Encode(cmds[i+k])
+				}
+				out := d.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: EncodeBatch(enc)}).(*BatchResult)
+				for k, r := range out.Results {
+					if !reflect.DeepEqual(r, resA[i+k]) {
+						t.Fatalf("step %d: result inside a batch differs", i+k)
+					}
+				}
+				i += n
+			}
+			ha, hb, hc, hd := a.StateHash(), b.StateHash(), c.StateHash(), d.StateHash()
+			if ha != hb || ha != hc || ha != hd {
+				t.Fatalf("state hashes differ: %s %s %s %s", ha, hb, hc, hd)
 			}
 			mu.Lock()
 			all = append(all, resA...)
@@ -274,6 +290,20 @@ func normalize(c Command) Command {
 		}
 	}
 	return c
+}
+
+func TestBatchRejectsNesting(t *testing.T) {
+	inner := EncodeBatch([][]byte{Encode(&Sweep{Now: 1, Limit: 1})})
+	if _, err := Decode(EncodeBatch([][]byte{inner})); err == nil {
+		t.Fatal("a nested batch decoded")
+	}
+	if _, err := Decode(EncodeBatch([][]byte{{byte(TypeSweep), 1}})); err == nil {
+		t.Fatal("a batch with a truncated command decoded")
+	}
+	c, err := Decode(EncodeBatch([][]byte{Encode(&Sweep{Now: 1, Limit: 1}), Encode(&RemoveNode{Now: 2, ID: "x"})}))
+	if err != nil || len(c.(*Batch).Commands) != 2 {
+		t.Fatalf("valid batch: %v", err)
+	}
 }
 
 func TestApplyPanicsOnUndecodableEntry(t *testing.T) {

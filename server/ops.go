@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/gin-gonic/gin"
 
@@ -22,6 +23,13 @@ func (s *Server) routeOps() {
 	e.POST(cluster.RemovePath, s.requirePeer(), s.onLeader(false), s.clusterRemove)
 	e.GET("/cluster/settings", s.onLeader(true), s.getSettings)
 	e.PUT("/cluster/settings", s.requirePeer(), s.onLeader(false), s.putSettings)
+	dbg := e.Group("/debug/pprof", s.requirePeer())
+	dbg.GET("/", gin.WrapF(pprof.Index))
+	dbg.GET("/cmdline", gin.WrapF(pprof.Cmdline))
+	dbg.GET("/profile", gin.WrapF(pprof.Profile))
+	dbg.GET("/symbol", gin.WrapF(pprof.Symbol))
+	dbg.GET("/trace", gin.WrapF(pprof.Trace))
+	dbg.GET("/:name", func(c *gin.Context) { pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request) })
 }
 
 func (s *Server) healthz(c *gin.Context) {

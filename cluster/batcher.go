@@ -1,0 +1,106 @@
+package cluster
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// Group commit: proposals go through a channel to a few flushers. A flusher
+// takes every proposal waiting (up to maxBatch) and proposes them as one
+// Raft entry, so concurrent writes share an entry, a disk write and an
+// fsync, while a lone write is proposed at once. Several flushers keep
+// batches in flight while the next ones gather.
+const (
+	flushers = 16
+	maxBatch = 128
+)
+
+// Proposal states: a waiter that gives up can withdraw its proposal only
+// while it is still queued, so nothing it was told "not applied" is applied.
+const (
+	proposalQueued int32 = iota
+	proposalTaken
+	proposalWithdrawn
+)
+
+type proposal struct {
+	data  []byte
+	state atomic.Int32
+	done  chan proposalResult
+}
+
+type proposalResult struct {
+	resp interface{}
+	err  error
+}
+
+// flush runs one flusher until shutdown.
+func (n *Node) flush() {
+	batch := make([]*proposal, 0, maxBatch)
+	enc := make([][]byte, 0, maxBatch)
+	for {
+		batch, enc = batch[:0], enc[:0]
+		select {
+		case <-n.shutdownCh:
+			return
+		case p := <-n.proposeCh:
+			if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
+				batch = append(batch, p)
+			}
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case p := <-n.proposeCh:
+				if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
+					batch = append(batch, p)
+				}
+			default:
+				break drain
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		var data []byte
+		if len(batch) == 1 {
+			data = batch[0].data
+		} else {
+			for _, p := range batch {
+				enc = append(enc, p.data)
+			}
+			data = fsm.EncodeBatch(enc)
+		}
+		n.commit(batch, data)
+	}
+}
+
+// commit applies one entry and hands each proposal its result.
+func (n *Node) commit(batch []*proposal, data []byte) {
+	f := n.raft.Apply(data, n.cfg.ProposeTimeout)
+	if err := f.Error(); err != nil {
+		mapped := n.proposalError(err)
+		for _, p := range batch {
+			p.done <- proposalResult{err: mapped}
+		}
+		return
+	}
+	resp := f.Response()
+	if len(batch) == 1 {
+		batch[0].done <- proposalResult{resp: resp}
+		return
+	}
+	br, ok := resp.(*fsm.BatchResult)
+	if !ok || len(br.Results) != len(batch) {
+		err := fmt.Errorf("%w: batch applied with an unexpected result %T", ErrOutcomeUnknown, resp)
+		for _, p := range batch {
+			p.done <- proposalResult{err: err}
+		}
+		return
+	}
+	for i, p := range batch {
+		p.done <- proposalResult{resp: br.Results[i]}
+	}
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// benchResult is what one load run measured.
+type benchResult struct {
+	workload  string
+	clients   int
+	cycles    int
+	errors    int
+	elapsed   time.Duration
+	latencies []time.Duration
+}
+
+func (r benchResult) percentile(p float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	i := int(p * float64(len(r.latencies)-1))
+	return r.latencies[i]
+}
+
+func (r benchResult) String() string {
+	rate := float64(r.cycles) / r.elapsed.Seconds()
+	return fmt.Sprintf("workload=%s clients=%d cycles=%d errors=%d elapsed=%.1fs cycles_per_sec=%.0f p50=%s p90=%s p99=%s max=%s",
+		r.workload, r.clients, r.cycles, r.errors, r.elapsed.Seconds(), rate,
+		r.percentile(.5).Round(10*time.Microsecond), r.percentile(.9).Round(10*time.Microsecond),
+		r.percentile(.99).Round(10*time.Microsecond), r.percentile(1).Round(10*time.Microsecond))
+}
+
+func bench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("holdfast bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addrs := fs.String("addr", envOr("HOLDFAST_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses; clients are spread over them")
+	workload := fs.String("workload", "lease", "lease (acquire+release cycles) or queue (enqueue+claim+ack cycles)")
+	clients := fs.Int("clients", 64, "concurrent clients")
+	duration := fs.Duration("duration", 10*time.Second, "how long to run")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	list := splitList(*addrs)
+	if len(list) == 0 || *clients < 1 || *duration <= 0 {
+		fmt.Fprintln(stderr, "bench: need at least one address, one client and a positive duration")
+		return 2
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: *clients * 2, MaxConnsPerHost: *clients * 2}
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	res, err := runBench(context.Background(), list, hc, *workload, *clients, *duration)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, res)
+	return 0
+}
+
+// runBench runs one workload with a fixed number of closed-loop clients.
+func runBench(ctx context.Context, addrs []string, hc *http.Client, workload string, clients int, d time.Duration) (benchResult, error) {
+	var cycle func(ctx context.Context, c *apiClient, w *benchWorker) error
+	switch workload {
+	case "lease":
+		cycle = leaseCycle
+	case "queue":
+		cycle = queueCycle
+	default:
+		return benchResult{}, fmt.Errorf("unknown workload %q", workload)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		mu  sync.Mutex
+		res = benchResult{workload: workload, clients: clients}
+		wg  sync.WaitGroup
+	)
+	start := time.Now()
+	for i := 0; i < clients; i++ {
+		c := newAPIClient(addrs[i%len(addrs)], hc)
+		w := &benchWorker{id: i}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat []time.Duration
+			errs := 0
+			for ctx.Err() == nil {
+				t := time.Now()
+				if err := cycle(ctx, c, w); err != nil {
+					if ctx.Err() == nil {
+						errs++
+					}
+					continue
+				}
+				lat = append(lat, time.Since(t))
+			}
+			mu.Lock()
+			res.latencies = append(res.latencies, lat...)
+			res.errors += errs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.cycles = len(res.latencies)
+	slices.Sort(res.latencies)
+	if res.cycles == 0 {
+		return res, errors.New("no cycle completed")
+	}
+	return res, nil
+}
+
+// benchWorker is one client's state across cycles.
+type benchWorker struct {
+	id    int
+	n     int
+	ns    string
+	queue *queueCreated
+	used  int
+}
+
+func leaseCycle(ctx context.Context, c *apiClient, w *benchWorker) error {
+	if w.ns == "" {
+		var ans struct {
+			Namespace string `json:"namespace"`
+		}
+		if _, err := c.call(ctx, http.MethodPost, "/lease/namespace", "", map[string]any{}, &ans); err != nil {
+			return err
+		}
+		w.ns = ans.Namespace
+	}
+	w.n++
+	key := fmt.Sprintf("bench:%d:%d", w.id, w.n%50)
+	var held struct {
+		OwnerToken string `json:"owner_token"`
+	}
+	if _, err := c.call(ctx, http.MethodPost, "/lease", "", map[string]any{"namespace": w.ns, "key": key, "ttl_seconds": 30}, &held); err != nil {
+		return err
+	}
+	_, err := c.call(ctx, http.MethodPost, "/lease/release", "", map[string]any{"namespace": w.ns, "key": key, "owner_token": held.OwnerToken}, nil)
+	return err
+}
+
+func queueCycle(ctx context.Context, c *apiClient, w *benchWorker) error {
+	if w.queue == nil || w.used >= 100 {
+		var q queueCreated
+		if _, err := c.call(ctx, http.MethodPost, "/queue", "", map[string]any{}, &q); err != nil {
+			return err
+		}
+		w.queue, w.used = &q, 0
+	}
+	w.used++
+	w.n++
+	q := w.queue
+	if _, err := c.call(ctx, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken,
+		map[string]any{"job_key": fmt.Sprintf("job-%d", w.n), "payload": map[string]int{"n": w.n}}, nil); err != nil {
+		return err
+	}
+	var ans jobAnswer
+	if _, err := c.call(ctx, http.MethodPost, "/queue/"+q.QueueID+"/claim", q.WorkerToken, map[string]int{"visibility_timeout": 60}, &ans); err != nil {
+		return err
+	}
+	if ans.Job == nil {
+		return errors.New("claim found no job")
+	}
+	_, err := c.call(ctx, http.MethodPost, "/queue/"+q.QueueID+"/jobs/"+ans.Job.JobID+"/ack", q.WorkerToken, map[string]string{"receipt": ans.Job.Receipt}, nil)
+	return err
+}
+
+// benchUsage documents the settings a queue run needs.
+const benchUsage = `the queue workload creates a queue per 100 jobs: raise queues_per_client first, e.g.
+  curl -X PUT -H 'Content-Type: application/json' -d '{"queues_per_client":1000000}' http://NODE/cluster/settings`
+
+var _ = strings.TrimSpace(benchUsage)
