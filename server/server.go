@@ -31,9 +31,9 @@ type Config struct {
 
 // Server serves holdfast's HTTP endpoints for one node.
 type Server struct {
-	cfg    Config
-	node   *cluster.Node
-	log    hclog.Logger
+	cfg     Config
+	node    *cluster.Node
+	log     hclog.Logger
 	engine  *gin.Engine
 	proxy   *http.Transport
 	metrics *metrics
