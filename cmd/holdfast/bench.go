@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -42,6 +41,10 @@ func (r benchResult) String() string {
 func bench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("holdfast bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
 	addrs := fs.String("addr", envOr("HOLDFAST_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses; clients are spread over them")
 	workload := fs.String("workload", "lease", "lease (acquire+release cycles) or queue (enqueue+claim+ack cycles)")
 	clients := fs.Int("clients", 64, "concurrent clients")
@@ -179,7 +182,11 @@ func queueCycle(ctx context.Context, c *apiClient, w *benchWorker) error {
 }
 
 // benchUsage documents the settings a queue run needs.
-const benchUsage = `the queue workload creates a queue per 100 jobs: raise queues_per_client first, e.g.
-  curl -X PUT -H 'Content-Type: application/json' -d '{"queues_per_client":1000000}' http://NODE/cluster/settings`
+const benchUsage = `holdfast bench: closed-loop load against a cluster, reporting cycles per second and latency percentiles.
 
-var _ = strings.TrimSpace(benchUsage)
+The queue workload creates a queue per 100 jobs: raise queues_per_client first, e.g.
+  curl -X PUT -H 'Content-Type: application/json' -d '{"queues_per_client":1000000}' http://NODE/cluster/settings
+and start the nodes with --rate-limit 0 (or a limit above the load).
+
+Flags:
+`

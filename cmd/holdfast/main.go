@@ -48,6 +48,7 @@ func usage(w io.Writer) {
 Commands:
   serve           run a node; with no flags, a single-node cluster with its data in ./holdfast-data
   example-worker  create a queue, enqueue a sample job, claim, handle, ack and read it back
+  bench           closed-loop load: lease or queue cycles per second and latency percentiles
   help            show this help
 
 Run "holdfast serve -h" for the node's flags.
