@@ -60,6 +60,10 @@ type Config struct {
 	// has no earlier deadline (default 10 s).
 	ProposeTimeout time.Duration
 
+	// MaxClockSkew is the bound on how far this node's clock may be from the
+	// median of the cluster's clocks before it refuses to lead (default 1 s).
+	MaxClockSkew time.Duration
+
 	// Now is the node's wall clock (default time.Now).
 	Now func() time.Time
 	// HTTPClient makes node-to-node calls (default: 5 s timeout).
@@ -81,6 +85,7 @@ func (c *Config) setDefaults() {
 		{&c.SnapshotInterval, 120 * time.Second},
 		{&c.SweepInterval, time.Second},
 		{&c.ProposeTimeout, 10 * time.Second},
+		{&c.MaxClockSkew, time.Second},
 	}
 	for _, x := range durations {
 		if *x.v <= 0 {

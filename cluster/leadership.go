@@ -100,6 +100,11 @@ func (n *Node) establish(ctx context.Context, gen uint64) {
 			return
 		}
 	}
+	if skewed, _ := n.clock.verdict(); skewed {
+		n.log.Warn("not serving as leader: this node's clock is skewed; handing leadership over")
+		n.TransferLeadership(ctx)
+		return
+	}
 	if !n.lead.markReady(gen) {
 		return
 	}

@@ -371,6 +371,14 @@ type Status struct {
 	HTTPAddr       string `json:"http_addr"`
 	RaftAddr       string `json:"raft_addr"`
 	Formed         bool   `json:"formed"`
+	// ClockUnixMs is this node's wall clock when it answered, for peers'
+	// clock-skew estimates.
+	ClockUnixMs int64 `json:"clock_unix_ms"`
+	// ClockSkewed is true when this node's clock is too far from the
+	// cluster's median; such a node does not lead.
+	ClockSkewed bool `json:"clock_skewed"`
+	// ClockOffsetMs is this node's estimated offset from the cluster's median clock.
+	ClockOffsetMs int64 `json:"clock_offset_ms"`
 	// StateHash is the SHA-256 of the replicated state, filled in only on request.
 	StateHash string   `json:"state_hash,omitempty"`
 	Nodes     []Member `json:"nodes"`
@@ -402,5 +410,7 @@ func (n *Node) Status() Status {
 		}
 	}
 	st.Formed = len(st.Nodes) > 0
+	skewed, off := n.ClockSkew()
+	st.ClockSkewed, st.ClockOffsetMs, st.ClockUnixMs = skewed, off.Milliseconds(), n.Now()
 	return st
 }

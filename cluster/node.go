@@ -33,6 +33,7 @@ type Node struct {
 	wg         sync.WaitGroup
 
 	lead     leadership
+	clock    clockGuard
 	counters counters
 }
 
@@ -90,6 +91,7 @@ func Open(cfg Config) (*Node, error) {
 		n.goLoop(n.flush)
 	}
 	n.goLoop(n.registerLoop)
+	n.goLoop(n.clockLoop)
 	if !hasState {
 		if len(cfg.Join) == 0 && cfg.BootstrapExpect <= 1 {
 			if err := n.bootstrapSelf(); err != nil {

@@ -35,6 +35,10 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error
 		n.counters.proposal("not_leader")
 		return nil, ErrNotLeader
 	}
+	if skewed, _ := n.clock.verdict(); skewed {
+		n.counters.proposal("not_leader")
+		return nil, ErrClockSkew
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
 	defer cancel()
 	p := &proposal{data: fsm.Encode(cmd), done: make(chan proposalResult, 1)}

@@ -27,6 +27,8 @@ func clusterReply(err error) reply {
 		return retryLater("outcome unknown: the request may or may not have taken effect; retry it if it is safe to repeat, or read the state to find out", "unknown")
 	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrNotReady), errors.Is(err, cluster.ErrNoLeader):
 		return retryLater("no leader is available to serve this request (election in progress or no quorum); nothing was changed, retry shortly", "not_applied")
+	case errors.Is(err, cluster.ErrClockSkew):
+		return retryLater("this node's clock is too far from the cluster's to lead; nothing was changed, retry shortly", "not_applied")
 	case errors.Is(err, cluster.ErrBusy):
 		return retryLater("the leader is overloaded; nothing was changed, retry shortly", "not_applied")
 	}

@@ -47,6 +47,8 @@ type serveConfig struct {
 	trailingLogs      uint64
 	sweepInterval     time.Duration
 	shutdownTimeout   time.Duration
+	maxClockSkew      time.Duration
+	testClockOffset   time.Duration
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -73,6 +75,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Uint64Var(&c.trailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
 	fs.DurationVar(&c.sweepInterval, "sweep-interval", time.Second, "how often the leader checks for expired deadlines")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
+	fs.DurationVar(&c.maxClockSkew, "max-clock-skew", time.Second, "a node whose clock is further than this from the cluster's median does not lead")
+	fs.DurationVar(&c.testClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's wall clock by this much (fault tests of the clock guard)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -131,6 +135,14 @@ func (c *serveConfig) resolveNodeID() (string, error) {
 		return "", fmt.Errorf("store node id: %w", err)
 	}
 	return id, nil
+}
+
+// offsetClock returns the wall clock shifted by d (time.Now itself when d is 0).
+func offsetClock(d time.Duration) func() time.Time {
+	if d == 0 {
+		return time.Now
+	}
+	return func() time.Time { return time.Now().Add(d) }
 }
 
 func splitList(s string) []string {
@@ -194,6 +206,8 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		SnapshotInterval:  c.snapshotInterval,
 		TrailingLogs:      c.trailingLogs,
 		SweepInterval:     c.sweepInterval,
+		MaxClockSkew:      c.maxClockSkew,
+		Now:               offsetClock(c.testClockOffset),
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -204,6 +218,9 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 	hs := server.NewHTTPServer(srv.Handler())
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
+	if c.testClockOffset != 0 {
+		log.Warn("test clock offset in effect: this node's clock is shifted", "offset", c.testClockOffset.String())
+	}
 	log.Info("serving", "node_id", id, "http_addr", httpAdvertise, "raft_addr", node.RaftAddr(), "data_dir", c.dataDir)
 
 	sigs := make(chan os.Signal, 2)
