@@ -180,9 +180,8 @@ func TestSweeperCommitsOnlyWhenDue(t *testing.T) {
 	n := open(t, testConfig(t, "solo", t.TempDir(), true))
 	waitReadyLeader(t, n)
 	ctx := context.Background()
-	s := fsm.DefaultSettings()
-	s.LeaseLifecycleSeconds = 1
-	if _, err := n.Propose(ctx, &fsm.SetSettings{Now: n.Now(), Settings: s}); err != nil {
+	one := int64(1)
+	if _, err := n.Propose(ctx, &fsm.SetSettings{Now: n.Now(), Patch: fsm.SettingsPatch{LeaseLifecycleSeconds: &one}}); err != nil {
 		t.Fatal(err)
 	}
 	idle := n.raft.LastIndex()

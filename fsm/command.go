@@ -141,10 +141,11 @@ type Sweep struct {
 	Limit int64
 }
 
-// SetSettings replaces the replicated limits.
+// SetSettings changes the replicated limits named by its patch; the result
+// must satisfy Settings.Validate or nothing changes.
 type SetSettings struct {
-	Now      int64
-	Settings Settings
+	Now   int64
+	Patch SettingsPatch
 }
 
 // SetNode records a cluster member's addresses in the node directory.
@@ -437,12 +438,12 @@ func (c *Sweep) decodeBody(d *wire.Decoder, _ byte) {
 
 func (c *SetSettings) encodeBody(e *wire.Encoder) {
 	e.Varint(c.Now)
-	c.Settings.encode(e)
+	c.Patch.encode(e)
 }
 
 func (c *SetSettings) decodeBody(d *wire.Decoder, _ byte) {
 	c.Now = d.Varint()
-	c.Settings.decode(d)
+	c.Patch.decode(d)
 }
 
 // Encode returns the log-entry bytes of c: its type byte, the body version

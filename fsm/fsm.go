@@ -123,10 +123,11 @@ func (s *state) apply(c Command) interface{} {
 }
 
 func (s *state) applySetSettings(c *SetSettings) SettingsResult {
-	if err := c.Settings.Validate(); err != nil {
+	next := s.settings.With(c.Patch)
+	if err := next.Validate(); err != nil {
 		return SettingsResult{Now: s.clock, Settings: s.settings, Error: err.Error()}
 	}
-	s.settings = c.Settings
+	s.settings = next
 	return SettingsResult{Now: s.clock, Applied: true, Settings: s.settings}
 }
 

@@ -115,7 +115,14 @@ func (g *gen) next() Command {
 		s.VisibilityMinSeconds = 1
 		s.QueuesPerClient = int64(1 + g.pick(3))
 		s.LeaseLifecycleSeconds = int64(600 + g.pick(86400))
-		return &SetSettings{Now: now, Settings: s}
+		p := PatchOf(s)
+		// Name a random subset of the settings.
+		for i, f := range p.slots() {
+			if g.pick(2) == 0 && i%3 != 0 {
+				*f = nil
+			}
+		}
+		return &SetSettings{Now: now, Patch: p}
 	}
 	return &Sweep{Now: now, Limit: int64(1 + g.pick(4))}
 }
@@ -332,7 +339,7 @@ func TestApplyBatchSkipsNonCommands(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	f.Add(Encode(&JobEnqueue{Now: 1, Key: "k", Payload: []byte("1")}))
-	f.Add(Encode(&SetSettings{Now: 1, Settings: DefaultSettings()}))
+	f.Add(Encode(&SetSettings{Now: 1, Patch: PatchOf(DefaultSettings())}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := Decode(b)
 		if err != nil {

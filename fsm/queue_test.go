@@ -366,7 +366,7 @@ func TestSettingsChangeOnlyByCommand(t *testing.T) {
 	s := DefaultSettings()
 	s.VisibilityMinSeconds = 1
 	s.QueueMaxJobs = 2
-	r := h.apply(&SetSettings{Now: h.now, Settings: s}).(*SettingsResult)
+	r := h.apply(&SetSettings{Now: h.now, Patch: PatchOf(s)}).(*SettingsResult)
 	if !r.Applied || h.f.Settings() != s {
 		t.Fatalf("settings not applied: %+v", r)
 	}
@@ -377,13 +377,25 @@ func TestSettingsChangeOnlyByCommand(t *testing.T) {
 	wantOutcome(t, h.enqueue(q, "c", "c", `1`), JobLimitReached)
 	wantOutcome(t, h.claim(q, "r", 1), JobClaimed)
 
-	bad := s
-	bad.VisibilityDefaultSeconds = 1000
-	r = h.apply(&SetSettings{Now: h.now, Settings: bad}).(*SettingsResult)
+	tooLong := int64(1000)
+	r = h.apply(&SetSettings{Now: h.now, Patch: SettingsPatch{VisibilityDefaultSeconds: &tooLong}}).(*SettingsResult)
 	if r.Applied || r.Error == "" || h.f.Settings() != s {
 		t.Fatalf("invalid settings applied: %+v", r)
 	}
 	if DefaultSettings().Validate() != nil {
 		t.Fatal("default settings do not validate")
+	}
+	// Patches naming different settings compose instead of undoing each other.
+	jobs, attempts := int64(7), int64(3)
+	h.apply(&SetSettings{Now: h.now, Patch: SettingsPatch{QueueMaxJobs: &jobs}})
+	h.apply(&SetSettings{Now: h.now, Patch: SettingsPatch{QueueMaxAttempts: &attempts}})
+	if got := h.f.Settings(); got.QueueMaxJobs != 7 || got.QueueMaxAttempts != 3 || got.VisibilityMinSeconds != 1 {
+		t.Fatalf("patches did not compose: %+v", got)
+	}
+	if (SettingsPatch{}).Empty() != true || PatchOf(s).Empty() {
+		t.Fatal("Empty is wrong")
+	}
+	if _, err := Decode([]byte{byte(TypeSetSettings), 1, 0, 0x80, 0x80, 0x01}); err == nil {
+		t.Fatal("a patch naming an unknown setting decoded")
 	}
 }

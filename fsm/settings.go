@@ -123,3 +123,96 @@ func (s *Settings) values() []*int64 {
 		&s.MaxPayloadBytes, &s.QueuesPerClient, &s.QueueCreateWindowSeconds,
 	}
 }
+
+// SettingsPatch names some settings to change; nil fields keep their value.
+// It is what SetSettings carries, so concurrent changes of different
+// settings never undo each other.
+type SettingsPatch struct {
+	LeaseLifecycleSeconds    *int64 `json:"lease_lifecycle_seconds,omitempty"`
+	LeaseTTLMinSeconds       *int64 `json:"lease_ttl_min_seconds,omitempty"`
+	LeaseTTLMaxSeconds       *int64 `json:"lease_ttl_max_seconds,omitempty"`
+	LeaseTTLDefaultSeconds   *int64 `json:"lease_ttl_default_seconds,omitempty"`
+	MaxResultBytes           *int64 `json:"max_result_bytes,omitempty"`
+	QueueLifetimeSeconds     *int64 `json:"queue_lifetime_seconds,omitempty"`
+	QueueMaxJobs             *int64 `json:"queue_max_jobs,omitempty"`
+	QueueMaxAttempts         *int64 `json:"queue_max_attempts,omitempty"`
+	VisibilityMinSeconds     *int64 `json:"visibility_min_seconds,omitempty"`
+	VisibilityMaxSeconds     *int64 `json:"visibility_max_seconds,omitempty"`
+	VisibilityDefaultSeconds *int64 `json:"visibility_default_seconds,omitempty"`
+	MaxPayloadBytes          *int64 `json:"max_payload_bytes,omitempty"`
+	QueuesPerClient          *int64 `json:"queues_per_client,omitempty"`
+	QueueCreateWindowSeconds *int64 `json:"queue_create_window_seconds,omitempty"`
+}
+
+// slots lists the patch's fields in the wire order of Settings.values.
+func (p *SettingsPatch) slots() []**int64 {
+	return []**int64{
+		&p.LeaseLifecycleSeconds, &p.LeaseTTLMinSeconds, &p.LeaseTTLMaxSeconds, &p.LeaseTTLDefaultSeconds,
+		&p.MaxResultBytes, &p.QueueLifetimeSeconds, &p.QueueMaxJobs, &p.QueueMaxAttempts,
+		&p.VisibilityMinSeconds, &p.VisibilityMaxSeconds, &p.VisibilityDefaultSeconds,
+		&p.MaxPayloadBytes, &p.QueuesPerClient, &p.QueueCreateWindowSeconds,
+	}
+}
+
+// Empty reports whether the patch names no setting.
+func (p SettingsPatch) Empty() bool {
+	for _, f := range p.slots() {
+		if *f != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// With returns s with the patch's named settings replaced.
+func (s Settings) With(p SettingsPatch) Settings {
+	dst := s.values()
+	for i, f := range p.slots() {
+		if *f != nil {
+			*dst[i] = **f
+		}
+	}
+	return s
+}
+
+// PatchOf returns a patch that names every setting of s.
+func PatchOf(s Settings) SettingsPatch {
+	var p SettingsPatch
+	src := s.values()
+	for i, f := range p.slots() {
+		v := *src[i]
+		*f = &v
+	}
+	return p
+}
+
+func (p SettingsPatch) encode(e *wire.Encoder) {
+	var mask uint64
+	slots := p.slots()
+	for i, f := range slots {
+		if *f != nil {
+			mask |= 1 << i
+		}
+	}
+	e.Uvarint(mask)
+	for _, f := range slots {
+		if *f != nil {
+			e.Varint(**f)
+		}
+	}
+}
+
+func (p *SettingsPatch) decode(d *wire.Decoder) {
+	mask := d.Uvarint()
+	slots := p.slots()
+	if mask>>len(slots) != 0 {
+		d.Fail("settings patch names an unknown setting")
+		return
+	}
+	for i, f := range slots {
+		if mask&(1<<i) != 0 {
+			v := d.Varint()
+			*f = &v
+		}
+	}
+}

@@ -51,6 +51,9 @@ func readJSONBody(c *gin.Context, limit int64, allowEmpty bool) ([]byte, error) 
 // decodeStrict decodes exactly one JSON object into dst, refusing unknown
 // fields, wrong types and trailing data, with an error that names the field.
 func decodeStrict(b []byte, dst any) error {
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return &bodyError{http.StatusBadRequest, "request body must be a JSON object"}
+	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(dst); err != nil {

@@ -95,58 +95,24 @@ func (s *Server) getSettings(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"ok": true, "settings": st})
 }
 
-// settingsPatch holds the settings a PUT names; omitted ones keep their value.
-type settingsPatch struct {
-	LeaseLifecycleSeconds    *int64 `json:"lease_lifecycle_seconds"`
-	LeaseTTLMinSeconds       *int64 `json:"lease_ttl_min_seconds"`
-	LeaseTTLMaxSeconds       *int64 `json:"lease_ttl_max_seconds"`
-	LeaseTTLDefaultSeconds   *int64 `json:"lease_ttl_default_seconds"`
-	MaxResultBytes           *int64 `json:"max_result_bytes"`
-	QueueLifetimeSeconds     *int64 `json:"queue_lifetime_seconds"`
-	QueueMaxJobs             *int64 `json:"queue_max_jobs"`
-	QueueMaxAttempts         *int64 `json:"queue_max_attempts"`
-	VisibilityMinSeconds     *int64 `json:"visibility_min_seconds"`
-	VisibilityMaxSeconds     *int64 `json:"visibility_max_seconds"`
-	VisibilityDefaultSeconds *int64 `json:"visibility_default_seconds"`
-	MaxPayloadBytes          *int64 `json:"max_payload_bytes"`
-	QueuesPerClient          *int64 `json:"queues_per_client"`
-	QueueCreateWindowSeconds *int64 `json:"queue_create_window_seconds"`
-}
-
-func (p settingsPatch) apply(s fsm.Settings) fsm.Settings {
-	pairs := []struct {
-		src *int64
-		dst *int64
-	}{
-		{p.LeaseLifecycleSeconds, &s.LeaseLifecycleSeconds}, {p.LeaseTTLMinSeconds, &s.LeaseTTLMinSeconds},
-		{p.LeaseTTLMaxSeconds, &s.LeaseTTLMaxSeconds}, {p.LeaseTTLDefaultSeconds, &s.LeaseTTLDefaultSeconds},
-		{p.MaxResultBytes, &s.MaxResultBytes}, {p.QueueLifetimeSeconds, &s.QueueLifetimeSeconds},
-		{p.QueueMaxJobs, &s.QueueMaxJobs}, {p.QueueMaxAttempts, &s.QueueMaxAttempts},
-		{p.VisibilityMinSeconds, &s.VisibilityMinSeconds}, {p.VisibilityMaxSeconds, &s.VisibilityMaxSeconds},
-		{p.VisibilityDefaultSeconds, &s.VisibilityDefaultSeconds}, {p.MaxPayloadBytes, &s.MaxPayloadBytes},
-		{p.QueuesPerClient, &s.QueuesPerClient}, {p.QueueCreateWindowSeconds, &s.QueueCreateWindowSeconds},
-	}
-	for _, x := range pairs {
-		if x.src != nil {
-			*x.dst = *x.src
-		}
-	}
-	return s
-}
-
 func (s *Server) putSettings(c *gin.Context) {
-	var p settingsPatch
+	var p fsm.SettingsPatch
 	if !bindJSON(c, opsBodyLimit, false, &p) {
 		return
 	}
-	next := p.apply(s.node.FSM().Settings())
-	if err := next.Validate(); err != nil {
+	if p.Empty() {
+		fail(c, http.StatusBadRequest, "body must name at least one setting")
+		return
+	}
+	// A quick check against the local settings catches most mistakes without
+	// a log entry; the state machine validates the merged result again.
+	if err := s.node.FSM().Settings().With(p).Validate(); err != nil {
 		fail(c, http.StatusBadRequest, err.Error())
 		return
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
-	res, err := s.node.Propose(ctx, &fsm.SetSettings{Now: s.node.Now(), Settings: next})
+	res, err := s.node.Propose(ctx, &fsm.SetSettings{Now: s.node.Now(), Patch: p})
 	if err != nil {
 		clusterReply(err).write(c)
 		return

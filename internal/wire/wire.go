@@ -97,6 +97,10 @@ func (d *Decoder) Finish() error {
 	return nil
 }
 
+// Fail records a decoding error found by the caller (a value out of its
+// domain); like every error it is sticky.
+func (d *Decoder) Fail(what string) { d.fail(what) }
+
 func (d *Decoder) fail(what string) {
 	if d.err == nil {
 		d.err = fmt.Errorf("%w: %s at offset %d", ErrCorrupt, what, d.off)
