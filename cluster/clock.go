@@ -145,7 +145,7 @@ func (n *Node) peerHTTPAddrs() ([]string, map[string]string) {
 			continue
 		}
 		if info, ok := n.fsm.Node(id); ok && info.HTTPAddr != "" {
-			addrs[id] = info.HTTPAddr
+			addrs[id] = n.httpDialAddr(id, info.HTTPAddr)
 		}
 	}
 	return members, addrs

@@ -64,6 +64,12 @@ type Config struct {
 	// median of the cluster's clocks before it refuses to lead (default 1 s).
 	MaxClockSkew time.Duration
 
+	// RaftPeerAddrs and HTTPPeerAddrs override, for this node only, the
+	// addresses it dials to reach other members (by id), so fault tests can
+	// put a proxy on every directed link. Production leaves them empty.
+	RaftPeerAddrs map[string]string
+	HTTPPeerAddrs map[string]string
+
 	// Now is the node's wall clock (default time.Now).
 	Now func() time.Time
 	// HTTPClient makes node-to-node calls (default: 5 s timeout).

@@ -283,7 +283,7 @@ func (n *Node) registerLoop() {
 		if cur, ok := n.fsm.Node(me.ID); ok && cur == me {
 			continue
 		}
-		_, leaderHTTP := n.Leader()
+		leaderHTTP := n.LeaderDialAddr()
 		if leaderHTTP == "" || !n.inConfiguration() {
 			continue
 		}

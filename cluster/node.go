@@ -125,6 +125,7 @@ func (n *Node) openStores() error {
 		advertise = a
 	}
 	t, err := raft.NewTCPTransportWithConfig(n.cfg.RaftBind, advertise, &raft.NetworkTransportConfig{
+		ServerAddressProvider:   dialOverrides(n.cfg.RaftPeerAddrs),
 		Logger:                  n.cfg.Logger.Named("raft-net"),
 		MaxPool:                 4,
 		Timeout:                 10 * time.Second,
@@ -231,6 +232,44 @@ func (n *Node) TransferLeadership(ctx context.Context) {
 		return
 	}
 	n.log.Info("handed leadership over")
+}
+
+// LeaderDialAddr returns the HTTP address this node dials to reach the
+// leader (the directory's, unless a dial override names another), or "".
+func (n *Node) LeaderDialAddr() string {
+	id, addr := n.Leader()
+	if id == "" {
+		return ""
+	}
+	return n.httpDialAddr(id, addr)
+}
+
+// httpDialAddr applies the HTTP dial override for member id, if any.
+func (n *Node) httpDialAddr(id, addr string) string {
+	if a, ok := n.cfg.HTTPPeerAddrs[id]; ok {
+		return a
+	}
+	return addr
+}
+
+// dialOverrides turns an id → address map into Raft's address provider;
+// nil when there are no overrides.
+func dialOverrides(m map[string]string) raft.ServerAddressProvider {
+	if len(m) == 0 {
+		return nil
+	}
+	return addrProvider(m)
+}
+
+type addrProvider map[string]string
+
+// ServerAddr implements raft.ServerAddressProvider; an unknown id falls back
+// to the configuration's address.
+func (p addrProvider) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if a, ok := p[string(id)]; ok {
+		return raft.ServerAddress(a), nil
+	}
+	return "", fmt.Errorf("no dial override for %s", id)
 }
 
 // Shutdown stops the node gracefully: a leader first hands leadership to

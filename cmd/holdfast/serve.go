@@ -49,6 +49,8 @@ type serveConfig struct {
 	shutdownTimeout   time.Duration
 	maxClockSkew      time.Duration
 	testClockOffset   time.Duration
+	testRaftPeers     string
+	testHTTPPeers     string
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -77,6 +79,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
 	fs.DurationVar(&c.maxClockSkew, "max-clock-skew", time.Second, "a node whose clock is further than this from the cluster's median does not lead")
 	fs.DurationVar(&c.testClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's wall clock by this much (fault tests of the clock guard)")
+	fs.StringVar(&c.testRaftPeers, "test-raft-peer-addrs", "", "TEST ONLY: id=addr,... Raft addresses this node dials for other members (fault proxies)")
+	fs.StringVar(&c.testHTTPPeers, "test-http-peer-addrs", "", "TEST ONLY: id=addr,... HTTP addresses this node dials for other members (fault proxies)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -145,6 +149,22 @@ func offsetClock(d time.Duration) func() time.Time {
 	return func() time.Time { return time.Now().Add(d) }
 }
 
+// parsePeerAddrs parses "id=host:port,id=host:port".
+func parsePeerAddrs(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range splitList(s) {
+		id, addr, ok := strings.Cut(kv, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("%q is not id=host:port", kv)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%q: %w", kv, err)
+		}
+		out[id] = addr
+	}
+	return out, nil
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -182,6 +202,14 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 	if err != nil {
 		return err
 	}
+	raftPeers, err := parsePeerAddrs(c.testRaftPeers)
+	if err != nil {
+		return fmt.Errorf("--test-raft-peer-addrs: %w", err)
+	}
+	httpPeers, err := parsePeerAddrs(c.testHTTPPeers)
+	if err != nil {
+		return fmt.Errorf("--test-http-peer-addrs: %w", err)
+	}
 	ln, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		return fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
@@ -208,6 +236,8 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		SweepInterval:     c.sweepInterval,
 		MaxClockSkew:      c.maxClockSkew,
 		Now:               offsetClock(c.testClockOffset),
+		RaftPeerAddrs:     raftPeers,
+		HTTPPeerAddrs:     httpPeers,
 	})
 	if err != nil {
 		_ = ln.Close()
