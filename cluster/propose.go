@@ -39,6 +39,9 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error
 		n.counters.proposal("not_leader")
 		return nil, ErrClockSkew
 	}
+	if plantedEarlyAck {
+		return n.fsm.ApplyCommand(cmd), nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
 	defer cancel()
 	p := &proposal{data: fsm.Encode(cmd), done: make(chan proposalResult, 1)}

@@ -241,6 +241,9 @@ func decodeState(b []byte) (*state, error) {
 		return nil, fmt.Errorf("%w: %w", ErrSnapshot, err)
 	}
 	s.rebuildTimers()
+	if plantedFenceReset {
+		s.fencing = 0
+	}
 	return s, nil
 }
 

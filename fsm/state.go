@@ -96,6 +96,9 @@ func newState() *state {
 
 // advance moves the state clock to the command's time if that is later.
 func (s *state) advance(now int64) {
+	if plantedLocalClock {
+		now = plantedNow()
+	}
 	if now > s.clock {
 		s.clock = now
 	}

@@ -1,0 +1,12 @@
+//go:build holdfast_bug_fence_reset
+
+package fsm
+
+// Planted bug: Restore resets the fencing counter.
+const (
+	plantedFenceReset        = true
+	plantedLocalClock        = false
+	plantedSupersededReceipt = false
+)
+
+func plantedNow() int64 { return 0 }
