@@ -44,3 +44,10 @@ func (n *Node) Ready() (bool, string) {
 	}
 	return true, ""
 }
+
+// IsReadyLeader reports whether this node leads and has applied everything
+// committed before its term, so its local state is current enough to refuse
+// a request early (Apply still decides).
+func (n *Node) IsReadyLeader() bool {
+	return n.raft.State() == raft.Leader && n.lead.isReady()
+}
