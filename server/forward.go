@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -32,30 +34,43 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 // served locally instead.
 func (s *Server) onLeader(allowStale bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if allowStale && c.Query("stale") == "true" {
+		if allowStale && (c.Query("stale") == "true" || plantedStaleRead) {
 			c.Next()
 			return
 		}
-		if s.node.IsLeader() {
+		local, addr, bad := s.leaderTarget(c.Request.Context(), c.GetHeader(forwardedHeader) != "")
+		switch {
+		case bad != nil:
+			bad.write(c)
+		case local:
 			c.Next()
-			return
+		default:
+			s.forward(c, addr)
 		}
-		if c.GetHeader(forwardedHeader) != "" {
-			// One hop only: leadership moved while the request travelled.
-			retryLater("leadership changed while the request was forwarded; nothing was changed, retry", "not_applied").write(c)
-			return
-		}
-		addr := s.waitForLeader(c.Request.Context())
-		if addr == "" {
-			if s.node.IsLeader() {
-				c.Next()
-				return
-			}
-			retryLater("no leader is available (election in progress or no quorum); nothing was changed, retry shortly", "not_applied").write(c)
-			return
-		}
-		s.forward(c, addr)
 	}
+}
+
+// leaderTarget decides where a leader-only request runs: here (local), or
+// at the leader's HTTP address. bad is the answer when it can run nowhere.
+// A request that was already forwarded once is never sent on again.
+func (s *Server) leaderTarget(ctx context.Context, forwarded bool) (local bool, leaderHTTP string, bad *reply) {
+	if s.node.IsLeader() {
+		return true, "", nil
+	}
+	if forwarded {
+		// One hop only: leadership moved while the request travelled.
+		r := retryLater("leadership changed while the request was forwarded; nothing was changed, retry", "not_applied")
+		return false, "", &r
+	}
+	addr := s.waitForLeader(ctx)
+	if addr == "" {
+		if s.node.IsLeader() {
+			return true, "", nil
+		}
+		r := retryLater("no leader is available (election in progress or no quorum); nothing was changed, retry shortly", "not_applied")
+		return false, "", &r
+	}
+	return false, addr, nil
 }
 
 // waitForLeader polls for a leader's HTTP address, for at most LeaderWait.
@@ -66,8 +81,10 @@ func (s *Server) waitForLeader(ctx context.Context) string {
 		if s.node.IsLeader() {
 			return ""
 		}
-		if id, addr := s.node.Leader(); id != "" && addr != "" && id != s.node.ID() {
-			return addr
+		if id, _ := s.node.Leader(); id != "" && id != s.node.ID() {
+			if addr := s.node.LeaderDialAddr(); addr != "" {
+				return addr
+			}
 		}
 		if time.Now().After(deadline) {
 			return ""
@@ -80,52 +97,112 @@ func (s *Server) waitForLeader(ctx context.Context) string {
 	}
 }
 
-// forward sends the request to the leader once and relays its answer. It
-// never retries: if the request was fully written before the connection
-// failed, the leader may have acted on it and the answer is "outcome unknown".
-func (s *Server) forward(c *gin.Context, leaderHTTP string) {
-	ctx, cancel := s.requestContext(c)
-	defer cancel()
-	wrote := false
+// maxLeaderAnswer bounds the body of a leader's answer read by sendToLeader;
+// API and ops answers are far smaller.
+const maxLeaderAnswer = 8 << 20
+
+// leaderRequest is a request for the leader, built by REST forwarding from
+// the client's request or by an MCP tool call from its arguments.
+type leaderRequest struct {
+	method string
+	// uri is the path and query.
+	uri           string
+	header        http.Header
+	body          io.Reader
+	contentLength int64
+	// clientIP is the original client's address, passed on for the
+	// per-client queue quota.
+	clientIP string
+	// route is a route template or tool name for logs: never a raw path.
+	route string
+}
+
+// leaderAnswer is the leader's answer to a leaderRequest.
+type leaderAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// sendToLeader sends req to the leader once, with the forwarding headers
+// (forwarded-by, client address, cluster key), and returns its answer. It
+// never retries: once the request was fully written the leader may have
+// acted on it, so a failure after that point is "outcome unknown" (except
+// for a GET, which changes nothing). On failure it returns the reply to give
+// the client instead.
+func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leaderRequest) (leaderAnswer, *reply) {
+	var wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { wrote = true },
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
-	out, err := http.NewRequestWithContext(ctx, c.Request.Method, "http://"+leaderHTTP+c.Request.URL.RequestURI(), c.Request.Body)
+	out, err := http.NewRequestWithContext(ctx, req.method, "http://"+leaderHTTP+req.uri, req.body)
 	if err != nil {
-		fail(c, http.StatusBadRequest, "request cannot be forwarded")
-		return
+		r := errReply(http.StatusBadRequest, "request cannot be forwarded", nil)
+		return leaderAnswer{}, &r
 	}
-	out.ContentLength = c.Request.ContentLength
-	for k, vs := range c.Request.Header {
+	out.ContentLength = req.contentLength
+	for k, vs := range req.header {
 		out.Header[k] = append([]string(nil), vs...)
 	}
 	for _, h := range hopHeaders {
 		out.Header.Del(h)
 	}
 	out.Header.Set(forwardedHeader, s.node.ID())
-	out.Header.Set(clientIPHeader, s.clientIP(c))
+	out.Header.Set(clientIPHeader, req.clientIP)
 	if key := s.node.ClusterKey(); key != "" {
 		out.Header.Set(cluster.KeyHeader, key)
 	}
+	lost := func(err error) (leaderAnswer, *reply) {
+		if wrote.Load() && req.method != http.MethodGet {
+			s.log.Warn("forwarded request failed after it was sent", "route", req.route, "error", err)
+			r := retryLater("outcome unknown: the leader received the request but its answer was lost; it may or may not have taken effect", "unknown")
+			return leaderAnswer{}, &r
+		}
+		r := retryLater("the leader could not be reached; nothing was changed, retry shortly", "not_applied")
+		return leaderAnswer{}, &r
+	}
 	resp, err := s.proxy.RoundTrip(out)
 	if err != nil {
-		if wrote && c.Request.Method != http.MethodGet {
-			s.log.Warn("forwarded request failed after it was sent", "route", c.FullPath(), "error", err)
-			retryLater("outcome unknown: the leader received the request but its answer was lost; it may or may not have taken effect", "unknown").write(c)
-			return
-		}
-		retryLater("the leader could not be reached; nothing was changed, retry shortly", "not_applied").write(c)
-		return
+		return lost(err)
 	}
 	defer resp.Body.Close()
-	for k, vs := range resp.Header {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxLeaderAnswer+1))
+	if err == nil && len(body) > maxLeaderAnswer {
+		err = fmt.Errorf("answer exceeds %d bytes", maxLeaderAnswer)
+	}
+	if err != nil {
+		return lost(fmt.Errorf("read the leader's answer: %w", err))
+	}
+	header := resp.Header.Clone()
+	for _, h := range hopHeaders {
+		header.Del(h)
+	}
+	header.Del("Content-Length")
+	return leaderAnswer{status: resp.StatusCode, header: header, body: body}, nil
+}
+
+// forward sends the request to the leader once and relays its answer.
+func (s *Server) forward(c *gin.Context, leaderHTTP string) {
+	ctx, cancel := s.requestContext(c)
+	defer cancel()
+	ans, bad := s.sendToLeader(ctx, leaderHTTP, leaderRequest{
+		method:        c.Request.Method,
+		uri:           c.Request.URL.RequestURI(),
+		header:        c.Request.Header,
+		body:          c.Request.Body,
+		contentLength: c.Request.ContentLength,
+		clientIP:      s.clientIP(c),
+		route:         c.FullPath(),
+	})
+	if bad != nil {
+		bad.write(c)
+		return
+	}
+	for k, vs := range ans.header {
 		c.Writer.Header()[k] = vs
 	}
-	for _, h := range hopHeaders {
-		c.Writer.Header().Del(h)
-	}
-	c.Status(resp.StatusCode)
-	if _, err := io.Copy(c.Writer, resp.Body); err != nil {
+	c.Status(ans.status)
+	if _, err := c.Writer.Write(ans.body); err != nil {
 		s.log.Warn("relaying the leader's answer failed", "route", c.FullPath(), "error", err)
 	}
 	c.Abort()

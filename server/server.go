@@ -71,6 +71,7 @@ func New(cfg Config) *Server {
 	s.engine.NoMethod(func(c *gin.Context) { fail(c, http.StatusMethodNotAllowed, "method not allowed on this endpoint") })
 	s.routeOps()
 	s.routeAPI()
+	s.routeMCP()
 	return s
 }
 

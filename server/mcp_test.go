@@ -1,0 +1,649 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/server"
+)
+
+// lockedBuffer collects the log output of every node.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// testNode is one in-process node: Raft node, server and HTTP listener.
+type testNode struct {
+	node *cluster.Node
+	url  string
+}
+
+// startNode opens a node whose HTTP server listens on a fresh loopback port
+// (advertised as its HTTP address). A node that must not bootstrap itself
+// gets an unreachable join address and is added with Join on the leader.
+func startNode(t *testing.T, id string, bootstrap bool, logs io.Writer, cfg server.Config) *testNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Trace, Output: logs})
+	c := cluster.Config{
+		NodeID:             id,
+		DataDir:            t.TempDir(),
+		RaftBind:           "127.0.0.1:0",
+		HTTPAdvertise:      ln.Addr().String(),
+		Logger:             logger,
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		LeaderLeaseTimeout: 200 * time.Millisecond,
+		CommitTimeout:      5 * time.Millisecond,
+		SweepInterval:      20 * time.Millisecond,
+		ProposeTimeout:     5 * time.Second,
+	}
+	if !bootstrap {
+		c.Join = []string{"127.0.0.1:9"}
+	}
+	n, err := cluster.Open(c)
+	if err != nil {
+		_ = ln.Close()
+		t.Fatalf("open %s: %v", id, err)
+	}
+	cfg.Node, cfg.Logger = n, logger
+	srv := server.New(cfg)
+	hs := server.NewHTTPServer(srv.Handler())
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		srv.Close()
+		_ = n.Kill()
+	})
+	return &testNode{node: n, url: "http://" + ln.Addr().String()}
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// startCluster forms a three-node cluster and returns its nodes, leader first.
+func startCluster(t *testing.T, logs io.Writer) []*testNode {
+	t.Helper()
+	nodes := []*testNode{startNode(t, "n0", true, logs, server.Config{})}
+	waitFor(t, "n0 to lead", 15*time.Second, func() bool {
+		ok, _ := nodes[0].node.Ready()
+		return nodes[0].node.IsLeader() && ok
+	})
+	for _, id := range []string{"n1", "n2"} {
+		n := startNode(t, id, false, logs, server.Config{})
+		err := nodes[0].node.Join(context.Background(), cluster.JoinRequest{NodeID: id, RaftAddr: n.node.RaftAddr(), HTTPAddr: n.node.HTTPAddr(), Fresh: true})
+		if err != nil {
+			t.Fatalf("join %s: %v", id, err)
+		}
+		nodes = append(nodes, n)
+	}
+	for _, n := range nodes[1:] {
+		waitFor(t, n.node.ID()+" to know the leader's HTTP address", 15*time.Second, func() bool {
+			ok, _ := n.node.Ready()
+			_, addr := n.node.Leader()
+			return ok && addr != "" && !n.node.IsLeader()
+		})
+	}
+	return nodes
+}
+
+func connect(t *testing.T, url string) *mcp.ClientSession {
+	t.Helper()
+	return connectFrom(t, url, nil)
+}
+
+// connectFrom connects an MCP client whose connections leave from localIP
+// (any loopback address when nil).
+func connectFrom(t *testing.T, url string, localIP net.IP) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tr := &mcp.StreamableClientTransport{Endpoint: url + server.MCPPath, DisableStandaloneSSE: true}
+	if localIP != nil {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: localIP}}
+		tr.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "holdfast-test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", url, err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// result is a tool result's structured content, numbers kept exact.
+type result map[string]any
+
+func (r result) str(k string) string { s, _ := r[k].(string); return s }
+
+func (r result) num(k string) int64 {
+	n, ok := r[k].(json.Number)
+	if !ok {
+		return -1
+	}
+	v, _ := n.Int64()
+	return v
+}
+
+func (r result) obj(k string) result {
+	m, _ := r[k].(map[string]any)
+	return result(m)
+}
+
+func asResult(t *testing.T, v any) result {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("structured content %s: %v", b, err)
+	}
+	return m
+}
+
+// call runs a tool and checks isError and http_status. It also checks that
+// the text content carries the same JSON as the structured content.
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any, wantStatus int) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: protocol error: %v", tool, err)
+	}
+	r := asResult(t, res.StructuredContent)
+	if got := r.num(server.HTTPStatusField); got != int64(wantStatus) {
+		t.Fatalf("%s: http_status %d, want %d: %v", tool, got, wantStatus, r)
+	}
+	if res.IsError != (wantStatus >= 300) {
+		t.Fatalf("%s: isError %v with http_status %d", tool, res.IsError, wantStatus)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("%s: %d content items", tool, len(res.Content))
+	}
+	text, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("%s: content is %T", tool, res.Content[0])
+	}
+	if tr := asResult(t, json.RawMessage(text.Text)); fmt.Sprint(tr) != fmt.Sprint(r) {
+		t.Fatalf("%s: text content %s differs from structured content %v", tool, text.Text, r)
+	}
+	if ok, _ := r["ok"].(bool); ok != (wantStatus < 300) {
+		t.Fatalf("%s: ok %v with http_status %d", tool, r["ok"], wantStatus)
+	}
+	return r
+}
+
+// TestMCP runs the MCP endpoint of a follower of a three-node cluster:
+// tool list, lease flow, queue flow, protocol errors, the Origin and size
+// guards, and that no secret given as an argument reaches a log line.
+func TestMCP(t *testing.T) {
+	logs := &lockedBuffer{}
+	nodes := startCluster(t, logs)
+	follower := nodes[1]
+	cs := connect(t, follower.url)
+	var secrets []string // every secret value sent or received
+
+	t.Run("tools", func(t *testing.T) { testToolList(t, cs) })
+	t.Run("lease flow", func(t *testing.T) { secrets = append(secrets, testLeaseFlow(t, cs)...) })
+	t.Run("queue flow", func(t *testing.T) { secrets = append(secrets, testQueueFlow(t, cs)...) })
+	t.Run("protocol errors", func(t *testing.T) { testProtocolErrors(t, cs) })
+	t.Run("origin", func(t *testing.T) { testOrigin(t, follower.url) })
+	t.Run("body limit", func(t *testing.T) { testBodyLimit(t, follower.url) })
+	t.Run("client address reaches the leader", func(t *testing.T) { testClientAddress(t, follower.url) })
+	t.Run("leader answers directly", func(t *testing.T) {
+		r := call(t, connect(t, nodes[0].url), "create_lease_namespace", nil, http.StatusOK)
+		if !strings.HasPrefix(r.str("namespace"), "ns_") {
+			t.Fatalf("namespace %v", r)
+		}
+	})
+
+	t.Run("forwarded to the leader", func(t *testing.T) {
+		// The follower cannot propose: its tool calls reached the leader's
+		// REST API as forwarded requests.
+		if !regexp.MustCompile(`n0\.http: request: method=POST route=/services/v1/lease status=201 .*forwarded=true`).MatchString(logs.String()) {
+			t.Fatal("the leader logged no forwarded acquire")
+		}
+	})
+	t.Run("secrets not logged", func(t *testing.T) {
+		if len(secrets) < 8 {
+			t.Fatalf("only %d secrets collected", len(secrets))
+		}
+		out := logs.String()
+		if !strings.Contains(out, "route="+server.MCPPath) {
+			t.Fatal("no MCP request was logged: the check would prove nothing")
+		}
+		for _, s := range secrets {
+			if s == "" {
+				t.Fatal("an empty secret was collected")
+			}
+			if strings.Contains(out, s) {
+				t.Errorf("secret %.8s… appears in the logs", s)
+			}
+		}
+	})
+}
+
+func testToolList(t *testing.T, cs *mcp.ClientSession) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"create_lease_namespace", "acquire_lease", "renew_lease", "release_lease", "complete_lease",
+		"create_agent_queue", "enqueue_agent_queue_job", "claim_agent_queue_job", "read_agent_queue", "read_agent_queue_job",
+		"ack_agent_queue_job", "release_agent_queue_job", "renew_agent_queue_job"}
+	readOnly := map[string]bool{"create_lease_namespace": true, "read_agent_queue": true, "read_agent_queue_job": true}
+	var names []string
+	tools := map[string]*mcp.Tool{}
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+		tools[tool.Name] = tool
+		a := tool.Annotations
+		if a == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil {
+			t.Fatalf("%s: annotations not all set: %+v", tool.Name, a)
+		}
+		if *a.OpenWorldHint || a.ReadOnlyHint != readOnly[tool.Name] || (a.ReadOnlyHint && *a.DestructiveHint) {
+			t.Errorf("%s: annotations %+v", tool.Name, *a)
+		}
+		if len(tool.Description) < 200 || !strings.Contains(tool.Description, "http_status") {
+			t.Errorf("%s: description does not state the contract: %q", tool.Name, tool.Description)
+		}
+		s := asResult(t, tool.InputSchema)
+		if s.str("type") != "object" || s["additionalProperties"] != false {
+			t.Errorf("%s: input schema %v", tool.Name, s)
+		}
+	}
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Fatalf("tools %v, want %v", names, want)
+	}
+
+	prop := func(tool, arg string) result {
+		t.Helper()
+		p := asResult(t, tools[tool].InputSchema).obj("properties").obj(arg)
+		if p == nil {
+			t.Fatalf("%s has no argument %s", tool, arg)
+		}
+		return p
+	}
+	required := func(tool string) []string {
+		var out []string
+		list, _ := asResult(t, tools[tool].InputSchema)["required"].([]any)
+		for _, r := range list {
+			out = append(out, r.(string))
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, c := range []struct {
+		tool, arg          string
+		min, max, def      int64
+		pattern            string
+		matches, nonsenses string
+	}{
+		{tool: "acquire_lease", arg: "ttl_seconds", min: 1, max: 86400, def: 60},
+		{tool: "renew_lease", arg: "ttl_seconds", min: 1, max: 86400, def: 60},
+		{tool: "claim_agent_queue_job", arg: "visibility_timeout", min: 30, max: 900, def: 60},
+		{tool: "renew_agent_queue_job", arg: "visibility_timeout", min: 30, max: 900, def: 60},
+		{tool: "acquire_lease", arg: "namespace", pattern: "x", matches: "ns_" + strings.Repeat("A", 43), nonsenses: "ns_short"},
+		{tool: "renew_lease", arg: "owner_token", pattern: "x", matches: "own_" + strings.Repeat("b", 43), nonsenses: "own_"},
+		{tool: "enqueue_agent_queue_job", arg: "job_key", pattern: "x", matches: "report:42", nonsenses: ":report"},
+		{tool: "enqueue_agent_queue_job", arg: "queue_id", pattern: "x", matches: strings.Repeat("a", 32), nonsenses: strings.Repeat("A", 32)},
+		{tool: "enqueue_agent_queue_job", arg: "write_token", pattern: "x", matches: strings.Repeat("0", 64), nonsenses: strings.Repeat("0", 63)},
+		{tool: "claim_agent_queue_job", arg: "worker_token", pattern: "x", matches: strings.Repeat("f", 64), nonsenses: strings.Repeat("g", 64)},
+		{tool: "read_agent_queue", arg: "read_token", pattern: "x", matches: strings.Repeat("1", 64), nonsenses: ""},
+		{tool: "read_agent_queue_job", arg: "job_id", pattern: "x", matches: strings.Repeat("9", 32), nonsenses: strings.Repeat("9", 33)},
+		{tool: "ack_agent_queue_job", arg: "receipt", pattern: "x", matches: strings.Repeat("e", 64), nonsenses: strings.Repeat("e", 65)},
+	} {
+		p := prop(c.tool, c.arg)
+		if c.pattern == "" {
+			if p.str("type") != "integer" || p.num("minimum") != c.min || p.num("maximum") != c.max || p.num("default") != c.def {
+				t.Errorf("%s.%s schema %v", c.tool, c.arg, p)
+			}
+			continue
+		}
+		re, err := regexp.Compile(p.str("pattern"))
+		if err != nil || p.str("type") != "string" || !re.MatchString(c.matches) || re.MatchString(c.nonsenses) {
+			t.Errorf("%s.%s schema %v (%v)", c.tool, c.arg, p, err)
+		}
+	}
+	for tool, want := range map[string][]string{
+		"create_lease_namespace":  nil,
+		"acquire_lease":           {"key"},
+		"complete_lease":          {"key", "owner_token", "result"},
+		"create_agent_queue":      nil,
+		"enqueue_agent_queue_job": {"job_key", "payload", "queue_id", "write_token"},
+		"claim_agent_queue_job":   {"queue_id", "worker_token"},
+		"read_agent_queue_job":    {"job_id", "queue_id", "read_token"},
+		"renew_agent_queue_job":   {"job_id", "queue_id", "receipt", "worker_token"},
+	} {
+		if got := required(tool); !slices.Equal(got, want) {
+			t.Errorf("%s requires %v, want %v", tool, got, want)
+		}
+	}
+	for tool, words := range map[string][]string{
+		"acquire_lease":         {"fencing_token", "highest", "409", "retry_after_seconds", "conflict", "secret"},
+		"renew_lease":           {"lost", "fencing token"},
+		"claim_agent_queue_job": {"at-least-once", "receipt", "idempotent", "job: null"},
+		"ack_agent_queue_job":   {"409", "superseded"},
+		"create_agent_queue":    {"write_token", "worker_token", "read_token", "429"},
+	} {
+		for _, w := range words {
+			if !strings.Contains(tools[tool].Description, w) {
+				t.Errorf("%s: description lacks %q", tool, w)
+			}
+		}
+	}
+}
+
+func testLeaseFlow(t *testing.T, cs *mcp.ClientSession) []string {
+	ns := call(t, cs, "create_lease_namespace", nil, http.StatusOK).str("namespace")
+	key, fp := "invoice:2026-09-05", "charge-order-501"
+	args := map[string]any{"namespace": ns, "key": key, "ttl_seconds": 60, "fingerprint": fp}
+
+	held := call(t, cs, "acquire_lease", args, http.StatusCreated)
+	owner, fence := held.str("owner_token"), held.num("fencing_token")
+	if held.str("status") != "held" || !strings.HasPrefix(owner, "own_") || fence < 1 || held.num("ttl_seconds") != 60 {
+		t.Fatalf("acquire: %v", held)
+	}
+
+	busy := call(t, cs, "acquire_lease", args, http.StatusConflict)
+	if busy.str("status") != "held" || busy.num("fencing_token") != fence || busy.num("retry_after_seconds") < 1 || busy["owner_token"] != nil {
+		t.Fatalf("second caller: %v", busy)
+	}
+	other := map[string]any{"namespace": ns, "key": key, "fingerprint": "another-input"}
+	if r := call(t, cs, "acquire_lease", other, http.StatusConflict); r.str("status") != "conflict" {
+		t.Fatalf("other fingerprint: %v", r)
+	}
+
+	own := map[string]any{"namespace": ns, "key": key, "owner_token": owner}
+	renew := call(t, cs, "renew_lease", map[string]any{"namespace": ns, "key": key, "owner_token": owner, "ttl_seconds": 120}, http.StatusOK)
+	if renew.str("status") != "held" || renew.num("fencing_token") != fence || renew.num("ttl_seconds") != 120 {
+		t.Fatalf("renew: %v", renew)
+	}
+	done := call(t, cs, "complete_lease", map[string]any{"namespace": ns, "key": key, "owner_token": owner,
+		"result": map[string]any{"receipt_id": 4817, "api_key": "sk-not-stored"}}, http.StatusOK)
+	if done.str("status") != "completed" || done.num("fencing_token") != fence {
+		t.Fatalf("complete: %v", done)
+	}
+	reuse := call(t, cs, "acquire_lease", args, http.StatusOK)
+	if reuse.str("status") != "completed" || reuse["owner_token"] != nil || reuse.obj("result").num("receipt_id") != 4817 ||
+		reuse.obj("result").str("api_key") != "[redacted]" {
+		t.Fatalf("completed result reused: %v", reuse)
+	}
+	if r := call(t, cs, "renew_lease", own, http.StatusConflict); r.str("status") != "lost" {
+		t.Fatalf("renew after complete: %v", r)
+	}
+
+	// A stale owner: A releases (or pauses past expiry), B acquires with a
+	// higher fencing token, and A can neither renew nor complete.
+	key2 := "invoice:2026-09-06"
+	a := call(t, cs, "acquire_lease", map[string]any{"namespace": ns, "key": key2}, http.StatusCreated)
+	aOwn := map[string]any{"namespace": ns, "key": key2, "owner_token": a.str("owner_token")}
+	if r := call(t, cs, "release_lease", aOwn, http.StatusOK); r.str("status") != "released" {
+		t.Fatalf("release: %v", r)
+	}
+	b := call(t, cs, "acquire_lease", map[string]any{"namespace": ns, "key": key2}, http.StatusCreated)
+	if b.num("fencing_token") <= a.num("fencing_token") {
+		t.Fatalf("fencing token did not grow: %d then %d", a.num("fencing_token"), b.num("fencing_token"))
+	}
+	if r := call(t, cs, "renew_lease", aOwn, http.StatusConflict); r.str("status") != "lost" {
+		t.Fatalf("stale renew: %v", r)
+	}
+	aDone := map[string]any{"namespace": ns, "key": key2, "owner_token": a.str("owner_token"), "result": "late"}
+	if r := call(t, cs, "complete_lease", aDone, http.StatusConflict); r.str("status") != "lost" {
+		t.Fatalf("stale complete: %v", r)
+	}
+	// The service layer's own validation answers as a tool result: a
+	// namespaced key may not hold control characters.
+	if r := call(t, cs, "acquire_lease", map[string]any{"namespace": ns, "key": "bad\x01key"}, http.StatusBadRequest); r.str("field") != "key" {
+		t.Fatalf("invalid key: %v", r)
+	}
+	return []string{ns, key, key2, fp, owner, a.str("owner_token"), b.str("owner_token")}
+}
+
+func testQueueFlow(t *testing.T, cs *mcp.ClientSession) []string {
+	q := call(t, cs, "create_agent_queue", nil, http.StatusCreated)
+	qid := q.str("queue_id")
+	w, k, rd := q.str("write_token"), q.str("worker_token"), q.str("read_token")
+	if len(qid) != 32 || len(w) != 64 || len(k) != 64 || len(rd) != 64 || q.obj("counts").num("total") != 0 {
+		t.Fatalf("create: %v", q)
+	}
+	job := map[string]any{"queue_id": qid, "write_token": w, "job_key": "report:42", "payload": map[string]any{"report_id": 42}}
+	e1 := call(t, cs, "enqueue_agent_queue_job", job, http.StatusCreated)
+	jobID := e1.str("job_id")
+	if e1["deduplicated"] != false || len(jobID) != 32 || e1.obj("job").str("status") != "pending" {
+		t.Fatalf("enqueue: %v", e1)
+	}
+	if e2 := call(t, cs, "enqueue_agent_queue_job", job, http.StatusOK); e2["deduplicated"] != true || e2.str("job_id") != jobID {
+		t.Fatalf("duplicate enqueue: %v", e2)
+	}
+	changed := map[string]any{"queue_id": qid, "write_token": w, "job_key": "report:42", "payload": nil}
+	if r := call(t, cs, "enqueue_agent_queue_job", changed, http.StatusConflict); r.str("job_id") != jobID {
+		t.Fatalf("same key, other payload: %v", r)
+	}
+
+	worker := map[string]any{"queue_id": qid, "worker_token": k}
+	c := call(t, cs, "claim_agent_queue_job", map[string]any{"queue_id": qid, "worker_token": k, "visibility_timeout": 30}, http.StatusOK).obj("job")
+	receipt := c.str("receipt")
+	if c.str("job_id") != jobID || c.str("status") != "claimed" || c.num("attempts") != 1 || len(receipt) != 64 || c.obj("payload").num("report_id") != 42 {
+		t.Fatalf("claim: %v", c)
+	}
+	if r := call(t, cs, "claim_agent_queue_job", worker, http.StatusOK); r["job"] != nil {
+		t.Fatalf("claim of an empty queue: %v", r)
+	}
+	rcpt := map[string]any{"queue_id": qid, "worker_token": k, "job_id": jobID, "receipt": receipt}
+	renewed := call(t, cs, "renew_agent_queue_job", map[string]any{"queue_id": qid, "worker_token": k, "job_id": jobID, "receipt": receipt, "visibility_timeout": 120}, http.StatusOK)
+	if renewed.obj("job").num("attempts") != 1 {
+		t.Fatalf("renew: %v", renewed)
+	}
+	wrong := map[string]any{"queue_id": qid, "worker_token": k, "job_id": jobID, "receipt": strings.Repeat("0", 64)}
+	if r := call(t, cs, "ack_agent_queue_job", wrong, http.StatusConflict); r.str("reason") != "superseded" {
+		t.Fatalf("ack with another receipt: %v", r)
+	}
+	for range 2 { // an ack may be repeated with its receipt
+		if r := call(t, cs, "ack_agent_queue_job", rcpt, http.StatusOK); r.obj("job").str("status") != "completed" {
+			t.Fatalf("ack: %v", r)
+		}
+	}
+	if r := call(t, cs, "release_agent_queue_job", rcpt, http.StatusConflict); r.str("reason") != "completed" {
+		t.Fatalf("release after ack: %v", r)
+	}
+
+	counts := call(t, cs, "read_agent_queue", map[string]any{"queue_id": qid, "read_token": rd}, http.StatusOK)
+	if n := counts.obj("counts"); counts.str("queue_id") != qid || n.num("completed") != 1 || n.num("total") != 1 || n.num("pending") != 0 {
+		t.Fatalf("read queue: %v", counts)
+	}
+	one := call(t, cs, "read_agent_queue_job", map[string]any{"queue_id": qid, "read_token": rd, "job_id": jobID}, http.StatusOK).obj("job")
+	if one.str("status") != "completed" || one.str("job_key") != "report:42" || one["receipt"] != nil || one.num("attempts") != 1 {
+		t.Fatalf("read job: %v", one)
+	}
+	if r := call(t, cs, "read_agent_queue", map[string]any{"queue_id": qid, "read_token": w}, http.StatusForbidden); r.str("error") == "" {
+		t.Fatalf("read with the write token: %v", r)
+	}
+	if r := call(t, cs, "read_agent_queue", map[string]any{"queue_id": strings.Repeat("a", 32), "read_token": rd}, http.StatusNotFound); r.str("error") == "" {
+		t.Fatalf("unknown queue: %v", r)
+	}
+	return []string{w, k, rd, receipt}
+}
+
+func testProtocolErrors(t *testing.T, cs *mcp.ClientSession) {
+	secret := strings.Repeat("c", 63) // one short of a token
+	for _, c := range []struct {
+		name string
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"ttl below range", "acquire_lease", map[string]any{"key": strings.Repeat("k", 40), "ttl_seconds": 0}, `"ttl_seconds" must be an integer from 1 to 86400`},
+		{"ttl not an integer", "acquire_lease", map[string]any{"key": strings.Repeat("k", 40), "ttl_seconds": 1.5}, `"ttl_seconds"`},
+		{"ttl a string", "acquire_lease", map[string]any{"key": strings.Repeat("k", 40), "ttl_seconds": "60"}, `"ttl_seconds"`},
+		{"missing key", "acquire_lease", map[string]any{"ttl_seconds": 60}, `"key" is required`},
+		{"unknown argument", "acquire_lease", map[string]any{"key": strings.Repeat("k", 40), "owner": "x"}, `unknown argument "owner"`},
+		{"bad job key", "enqueue_agent_queue_job", map[string]any{"queue_id": strings.Repeat("a", 32), "write_token": strings.Repeat("a", 64), "job_key": "-x", "payload": 1}, `"job_key" must be 1 to 64`},
+		{"bad token", "claim_agent_queue_job", map[string]any{"queue_id": strings.Repeat("a", 32), "worker_token": secret}, `"worker_token" must be 64 lowercase hex`},
+		{"visibility above range", "claim_agent_queue_job", map[string]any{"queue_id": strings.Repeat("a", 32), "worker_token": strings.Repeat("a", 64), "visibility_timeout": 901}, `"visibility_timeout" must be an integer from 30 to 900`},
+		{"missing payload", "enqueue_agent_queue_job", map[string]any{"queue_id": strings.Repeat("a", 32), "write_token": strings.Repeat("a", 64), "job_key": "k"}, `"payload" is required`},
+		{"unknown tool", "drop_everything", nil, "unknown tool"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+			var werr *jsonrpc.Error
+			if !errors.As(err, &werr) || werr.Code != jsonrpc.CodeInvalidParams {
+				t.Fatalf("want an invalid-params protocol error, got result %+v, error %v", res, err)
+			}
+			if !strings.Contains(werr.Message, c.want) || strings.Contains(werr.Message, secret) {
+				t.Fatalf("message %q, want it to contain %q and no argument value", werr.Message, c.want)
+			}
+		})
+	}
+}
+
+// post sends a raw MCP request.
+func post(t *testing.T, url string, body io.Reader, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+server.MCPPath, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+const listTools = `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
+
+func testOrigin(t *testing.T, url string) {
+	if code, body := post(t, url, strings.NewReader(listTools), nil); code != http.StatusOK || !strings.Contains(body, "acquire_lease") {
+		t.Fatalf("without Origin: %d %s", code, body)
+	}
+	for _, h := range []map[string]string{
+		{"Origin": "https://evil.example"},
+		{"Origin": url},
+		{"Origin": "null"},
+		{"Sec-Fetch-Site": "cross-site"},
+		{"Host": "rebound.example:7070"}, // DNS rebinding onto a loopback listener
+	} {
+		code, body := post(t, url, strings.NewReader(listTools), h)
+		if code != http.StatusForbidden || strings.Contains(body, "acquire_lease") || (h["Host"] == "" && !strings.Contains(body, `"ok":false`)) {
+			t.Errorf("%v: %d %s", h, code, body)
+		}
+	}
+}
+
+func testBodyLimit(t *testing.T, url string) {
+	// A valid request padded with whitespace to just over 1 MiB, sent with
+	// and without a Content-Length.
+	big := listTools + strings.Repeat(" ", 1<<20)
+	for _, body := range []io.Reader{strings.NewReader(big), io.MultiReader(strings.NewReader(big))} {
+		code, out := post(t, url, body, nil)
+		if code != http.StatusRequestEntityTooLarge || !strings.Contains(out, `"ok":false`) {
+			t.Fatalf("oversized body: %d %.200s", code, out)
+		}
+	}
+	fits := listTools + strings.Repeat(" ", 1<<19)
+	if code, out := post(t, url, strings.NewReader(fits), nil); code != http.StatusOK {
+		t.Fatalf("body under the limit: %d %.200s", code, out)
+	}
+}
+
+// TestMCPRateLimited checks that /mcp shares the per-address request limit.
+func TestMCPRateLimited(t *testing.T) {
+	n := startNode(t, "solo", true, io.Discard, server.Config{RateLimit: 0.001, RateBurst: 2})
+	waitFor(t, "a leader", 15*time.Second, func() bool { ok, _ := n.node.Ready(); return n.node.IsLeader() && ok })
+	for i := 0; i < 2; i++ {
+		if code, body := post(t, n.url, strings.NewReader(listTools), nil); code != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+	}
+	if code, body := post(t, n.url, strings.NewReader(listTools), nil); code != http.StatusTooManyRequests || !strings.Contains(body, "retry_after_seconds") {
+		t.Fatalf("third request: %d %s", code, body)
+	}
+}
+
+// testClientAddress checks that create_agent_queue on a follower counts the
+// queue quota against the MCP client's address, not the follower's: a
+// client on 127.0.0.2 uses up its 20 queues while 127.0.0.1 (the
+// follower's own address) still has room.
+func testClientAddress(t *testing.T, url string) {
+	other := connectFrom(t, url, net.ParseIP("127.0.0.2"))
+	for i := 0; i < 20; i++ {
+		call(t, other, "create_agent_queue", nil, http.StatusCreated)
+	}
+	if r := call(t, other, "create_agent_queue", nil, http.StatusTooManyRequests); r.num("retry_after_seconds") < 1 {
+		t.Fatalf("21st queue: %v", r)
+	}
+	resp, err := http.Post(url+server.APIPrefix+"/queue", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("a queue for 127.0.0.1 after 127.0.0.2 used its quota: %d %s", resp.StatusCode, b)
+	}
+}
