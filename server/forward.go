@@ -131,6 +131,9 @@ type leaderAnswer struct {
 // for a GET, which changes nothing). On failure it returns the reply to give
 // the client instead.
 func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leaderRequest) (leaderAnswer, *reply) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.cancelOnLeaderChange(ctx, cancel, leaderHTTP)
 	var wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
@@ -179,6 +182,26 @@ func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leader
 	}
 	header.Del("Content-Length")
 	return leaderAnswer{status: resp.StatusCode, header: header, body: body}, nil
+}
+
+// cancelOnLeaderChange cancels a forwarded request once another node is
+// known to lead: the old leader can no longer answer for certain, so the
+// client learns "outcome unknown" (or "not applied") at once instead of
+// after the request timeout, e.g. when the old leader is paused.
+func (s *Server) cancelOnLeaderChange(ctx context.Context, cancel context.CancelFunc, leaderHTTP string) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if now := s.node.LeaderDialAddr(); now != "" && now != leaderHTTP {
+				cancel()
+				return
+			}
+		}
+	}
 }
 
 // forward sends the request to the leader once and relays its answer.

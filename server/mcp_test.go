@@ -81,7 +81,7 @@ func startNode(t *testing.T, id string, bootstrap bool, logs io.Writer, cfg serv
 	}
 	cfg.Node, cfg.Logger = n, logger
 	srv := server.New(cfg)
-	hs := server.NewHTTPServer(srv.Handler())
+	hs := srv.HTTPServer()
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() {
 		_ = hs.Close()

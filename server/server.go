@@ -81,11 +81,13 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // Close releases idle forwarding connections.
 func (s *Server) Close() { s.proxy.CloseIdleConnections() }
 
-// NewHTTPServer wraps h with the timeouts and header limits every holdfast
-// listener uses.
-func NewHTTPServer(h http.Handler) *http.Server {
+// HTTPServer wraps the server's handler with the timeouts and header limits
+// every holdfast listener uses; net/http's own error lines go to the
+// server's logger.
+func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           s.engine,
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -245,7 +245,7 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	srv := server.New(server.Config{Node: node, Logger: log, RateLimit: c.rateLimit, RateBurst: c.rateBurst})
-	hs := server.NewHTTPServer(srv.Handler())
+	hs := srv.HTTPServer()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	if c.testClockOffset != 0 {
