@@ -17,7 +17,7 @@ const (
 	// distinct characters and lacks at least one of them about a quarter of
 	// the time, so 16 would reject many SHA-256 hex digests.
 	MinKeyDistinct = 10
-	// MinKeyEntropyBits is the least estimated entropy such a key may have.
+	// MinKeyEntropyBits is the estimated entropy such a key must exceed.
 	MinKeyEntropyBits = 128
 	// KeyRepeatLen is the length of the shortest substring that may not
 	// occur twice in such a key. It rejects repeated readable keys
@@ -44,7 +44,7 @@ func (e *weakKeyError) Unwrap() error { return ErrWeakKey }
 //  2. every byte is printable ASCII from 0x21 '!' to 0x7E '~' (no space, no
 //     control character, no non-ASCII byte);
 //  3. it contains at least 10 distinct characters;
-//  4. its estimated entropy is at least 128 bits, the estimate being
+//  4. its estimated entropy is more than 128 bits, the estimate being
 //     len(key) × the Shannon entropy in bits per character of the key's own
 //     character frequencies, that is the sum over each distinct character c
 //     of count(c) × log2(len(key) / count(c));
@@ -56,7 +56,7 @@ func (e *weakKeyError) Unwrap() error { return ErrWeakKey }
 // lowercase hex of 48 or more characters (a SHA-256 hex digest is 64)
 // always passed. Random base64url of exactly 32 characters fails rule 4
 // about once in 7,000 keys and of 33 characters about once in 300,000.
-// Random hex of 32 characters always fails (rule 4: at most 128 bits,
+// Random hex of 32 characters always fails (rule 4: at most exactly 128 bits,
 // reached only when each of the 16 digits appears exactly twice). A random
 // UUID (36 characters, 122 random bits) fails rule 4 about one time in ten,
 // so UUIDs should be used with a namespace. The estimate sees character
@@ -85,8 +85,8 @@ func HighEntropyKey(key string) error {
 	if distinct < MinKeyDistinct {
 		return &weakKeyError{fmt.Sprintf("key without namespace must have at least %d distinct characters, got %d", MinKeyDistinct, distinct)}
 	}
-	if bits := entropyBits(counts[:], n); bits < MinKeyEntropyBits {
-		return &weakKeyError{fmt.Sprintf("key without namespace must have at least %d bits of estimated entropy, got %.0f", MinKeyEntropyBits, math.Floor(bits))}
+	if bits := entropyBits(counts[:], n); bits <= MinKeyEntropyBits {
+		return &weakKeyError{fmt.Sprintf("key without namespace must have more than %d bits of estimated entropy, got %.0f", MinKeyEntropyBits, math.Floor(bits))}
 	}
 	if repeats(key, KeyRepeatLen) {
 		return &weakKeyError{fmt.Sprintf("key without namespace must not repeat any %d-character sequence", KeyRepeatLen)}

@@ -37,11 +37,13 @@ func TestHighEntropyKey(t *testing.T) {
 		{"11 characters repeated", "Q1w2E3r4T5y" + "xZ9kLm0PqR7sA" + "Q1w2E3r4T5y", ""},
 		{"digits repeated", "0123456789012345678901234567890123456789", "must not repeat any 12-character sequence"},
 		{"readable key repeated", "invoice:2026-09-05-invoice:2026-09-05", "must not repeat any 12-character sequence"},
-		{"hex digits twice", "0123456789abcdef0123456789abcdef", "must not repeat any 12-character sequence"},
+		{"hex digits twice in order", "0123456789abcdef0123456789abcdef", "more than 128 bits of estimated entropy"},
 		// 16 distinct but one dominates: 32·5 − 17·log2(17) ≈ 90 bits.
-		{"skewed", "abcdefghijklmnop" + strings.Repeat("a", 16), "at least 128 bits of estimated entropy"},
+		{"skewed", "abcdefghijklmnop" + strings.Repeat("a", 16), "more than 128 bits of estimated entropy"},
 		// Each of 16 hex digits at most twice with one missing: below 128.
-		{"32-char hex", "3f9a0c1b7e2d46a8b5c9d0e1f27a6b3c", "at least 128 bits of estimated entropy"},
+		{"32-char hex", "3f9a0c1b7e2d46a8b5c9d0e1f27a6b3c", "more than 128 bits of estimated entropy"},
+		// Every hex digit exactly twice: exactly 128 bits, still refused.
+		{"32-char hex, each digit twice", "0123456789abcdeffedcba9876543210", "more than 128 bits of estimated entropy"},
 		{"uuid-like readable", "order-00000000-0000-0000-0000-000000000042", "at least 10 distinct characters"},
 	}
 	for _, tc := range tests {
