@@ -127,7 +127,9 @@ func (s *Server) ownerLease(ctx context.Context, op leaseOp, in LeaseOwnerInput)
 		return invalid("owner_token", "is required")
 	}
 	if !secret.ValidOwnerToken(*in.OwnerToken) {
-		return invalid("owner_token", "must be an owner token returned by acquire: own_ followed by 43 base64url characters")
+		// An invalid owner is answered like any other owner that does not
+		// hold the lease, as the specification says.
+		return leaseReply(&fsm.LeaseResult{Outcome: fsm.LeaseLost})
 	}
 	owner := secret.OwnerTokenHash(*in.OwnerToken)
 	st := s.node.FSM().Settings()

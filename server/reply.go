@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -27,7 +29,25 @@ func (r reply) write(c *gin.Context) {
 	if r.Bearer {
 		c.Header("WWW-Authenticate", `Bearer realm="holdfast"`)
 	}
-	c.AbortWithStatusJSON(r.Status, r.Body)
+	b, err := encodeJSON(r.Body)
+	if err != nil {
+		b = []byte(`{"ok":false,"error":"internal error: the answer could not be encoded"}`)
+		r.Status = http.StatusInternalServerError
+	}
+	c.Abort()
+	c.Data(r.Status, "application/json; charset=utf-8", b)
+}
+
+// encodeJSON encodes v without HTML escaping, so stored JSON (payloads,
+// results) comes back byte for byte as it was canonicalised.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // ok reports whether the reply is a success.

@@ -65,6 +65,8 @@ func New(cfg Config) *Server {
 	s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
 	s.engine = gin.New()
 	s.engine.HandleMethodNotAllowed = true
+	s.engine.RedirectTrailingSlash = false
+	s.engine.RedirectFixedPath = false
 	s.engine.Use(s.recoverJSON(), s.metrics.observe(), s.logRequests())
 	s.engine.GET("/metrics", s.metrics.handler())
 	s.engine.NoRoute(func(c *gin.Context) { fail(c, http.StatusNotFound, "no such endpoint") })

@@ -24,6 +24,9 @@ type BuildOptions struct {
 	OutDir string
 	// Name is the binary's file name (default DefaultBinaryName).
 	Name string
+	// Tags are build tags (go build -tags), e.g. the planted-bug tags the
+	// fault suite builds to prove its checkers fail; none by default.
+	Tags []string
 }
 
 // DefaultBinaryName is deliberately not "holdfast": people and scripts on a
@@ -94,6 +97,9 @@ func Build(ctx context.Context, outDir string, opts BuildOptions) (string, error
 	args := []string{"build", "-o", bin}
 	if opts.Race {
 		args = append(args, "-race")
+	}
+	if len(opts.Tags) > 0 {
+		args = append(args, "-tags", strings.Join(opts.Tags, ","))
 	}
 	args = append(args, pkg)
 	cmd := exec.CommandContext(ctx, goBin, args...)

@@ -158,6 +158,33 @@ func loopbackOnlyDialer() func(ctx context.Context, network, addr string) (net.C
 
 // Do sends req to the node's HTTP address.
 func (n *Node) Do(ctx context.Context, req Request) (*Response, error) {
+	return n.DoWith(ctx, n.c.client, req)
+}
+
+// NewSourceClient returns an HTTP client whose connections come from the
+// loopback address localIP (for example "127.0.0.2": Linux routes all of
+// 127.0.0.0/8 to the loopback interface), so a test can act as several
+// client addresses. Like the cluster's own client it only dials 127.0.0.1
+// and never uses a proxy.
+func NewSourceClient(localIP string, timeout time.Duration) (*http.Client, error) {
+	ip := net.ParseIP(localIP)
+	if ip == nil || !ip.IsLoopback() || ip.To4() == nil {
+		return nil, fmt.Errorf("harness: source address %q is not an IPv4 loopback address", localIP)
+	}
+	c := newHTTPClient(timeout)
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: ip}}
+	c.Transport.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil || host != "127.0.0.1" {
+			return nil, fmt.Errorf("harness: refusing to dial %q: tests talk to 127.0.0.1 only", addr)
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	return c, nil
+}
+
+// DoWith is Do through the given client (see NewSourceClient).
+func (n *Node) DoWith(ctx context.Context, client *http.Client, req Request) (*Response, error) {
 	body := req.Body
 	ct := req.ContentType
 	if body == nil && req.JSON != nil {
@@ -187,7 +214,7 @@ func (n *Node) Do(ctx context.Context, req Request) (*Response, error) {
 	if req.Key != "" {
 		hr.Header.Set(KeyHeader, req.Key)
 	}
-	resp, err := n.c.client.Do(hr)
+	resp, err := client.Do(hr)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: %w", req.Method, req.Path, n.ID, err)
 	}
