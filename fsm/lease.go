@@ -99,15 +99,25 @@ func (s *state) applyLeaseRenew(c *LeaseRenew) LeaseResult {
 	return s.leaseResult(LeaseRenewed, l)
 }
 
+// endOwnership returns a writable copy of the lease owner holds, with the
+// owner removed and the lease in state next; nil if owner does not hold it.
+func (s *state) endOwnership(id, owner secret.Hash, next leaseState) *lease {
+	l := s.ownedLease(id, owner)
+	if l == nil {
+		return nil
+	}
+	l = s.mutLease(l)
+	l.state = next
+	l.owner = secret.Hash{}
+	l.leaseExpiresAt = 0
+	return l
+}
+
 func (s *state) applyLeaseRelease(c *LeaseRelease) LeaseResult {
-	l := s.ownedLease(c.Lease, c.Owner)
+	l := s.endOwnership(c.Lease, c.Owner, leaseFree)
 	if l == nil {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
 	}
-	l = s.mutLease(l)
-	l.state = leaseFree
-	l.owner = secret.Hash{}
-	l.leaseExpiresAt = 0
 	return s.leaseResult(LeaseReleased, l)
 }
 
@@ -115,14 +125,10 @@ func (s *state) applyLeaseComplete(c *LeaseComplete) LeaseResult {
 	if int64(len(c.Result)) > s.settings.MaxResultBytes {
 		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
 	}
-	l := s.ownedLease(c.Lease, c.Owner)
+	l := s.endOwnership(c.Lease, c.Owner, leaseDone)
 	if l == nil {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
 	}
-	l = s.mutLease(l)
-	l.state = leaseDone
-	l.owner = secret.Hash{}
-	l.leaseExpiresAt = 0
 	l.completedAt = s.clock
 	l.result = c.Result
 	return s.leaseResult(LeaseCompleted, l)

@@ -45,10 +45,7 @@ func (m *metrics) observe() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
-		route := c.FullPath()
-		if route == "" {
-			route = "unmatched"
-		}
+		route := routeOf(c)
 		m.requests.WithLabelValues(c.Request.Method, route, strconv.Itoa(c.Writer.Status())).Inc()
 		m.latency.WithLabelValues(c.Request.Method, route).Observe(time.Since(start).Seconds())
 	}

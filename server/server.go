@@ -111,17 +111,22 @@ func (s *Server) recoverJSON() gin.HandlerFunc {
 	})
 }
 
+// routeOf is the request's route template ("unmatched" for none): the only
+// form of the path that logs and metric labels may carry.
+func routeOf(c *gin.Context) string {
+	if r := c.FullPath(); r != "" {
+		return r
+	}
+	return "unmatched"
+}
+
 // logRequests logs one line per request: route template, never the raw
 // path or query (which may carry ids) and never headers or bodies.
 func (s *Server) logRequests() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
-		route := c.FullPath()
-		if route == "" {
-			route = "unmatched"
-		}
-		s.log.Debug("request", "method", c.Request.Method, "route", route, "status", c.Writer.Status(),
+		s.log.Debug("request", "method", c.Request.Method, "route", routeOf(c), "status", c.Writer.Status(),
 			"duration_ms", time.Since(start).Milliseconds(), "forwarded", c.GetHeader(forwardedHeader) != "")
 	}
 }
