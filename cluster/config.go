@@ -25,8 +25,9 @@ type Config struct {
 	// HTTPAdvertise is this node's HTTP address as other nodes and clients
 	// reach it. It is recorded in the node directory.
 	HTTPAdvertise string
-	// Join lists HTTP addresses of other nodes, used only by a node without
-	// existing state, to find or form its cluster.
+	// Join lists HTTP addresses of other nodes: a node without state uses
+	// them to find or form its cluster, and a member restarted on new
+	// addresses to tell the cluster where it now is.
 	Join []string
 	// BootstrapExpect is the number of voters a new cluster forms with. With
 	// no Join addresses and BootstrapExpect at most 1, a new node bootstraps a

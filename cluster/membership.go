@@ -48,8 +48,8 @@ type JoinRequest struct {
 	// removed before it is added again, so it can never vote twice in a term
 	// it has forgotten.
 	Fresh bool `json:"fresh"`
-	// UpdateOnly asks only to correct the directory entry of an existing
-	// member; it never adds a voter, so a removed node cannot re-add itself.
+	// UpdateOnly asks only to correct the addresses of an existing member
+	// (by id); it never adds a voter, so a removed node cannot re-add itself.
 	UpdateOnly bool `json:"update_only,omitempty"`
 }
 
@@ -102,9 +102,9 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 		return fmt.Errorf("read configuration: %w", err)
 	}
 	if req.UpdateOnly && !slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool {
-		return string(s.ID) == req.NodeID && string(s.Address) == req.RaftAddr
+		return string(s.ID) == req.NodeID
 	}) {
-		return fmt.Errorf("%w: %s with raft address %s", ErrUnknownMember, req.NodeID, req.RaftAddr)
+		return fmt.Errorf("%w: %s", ErrUnknownMember, req.NodeID)
 	}
 	member := false
 	for _, s := range cf.Configuration().Servers {
@@ -113,6 +113,10 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 		switch {
 		case sameID && sameAddr && !req.Fresh:
 			member = true
+		case sameID && !req.Fresh:
+			// A member with its state, back at a new Raft address: AddVoter
+			// below updates the address in place.
+			n.log.Info("member moved to a new raft address", "node_id", req.NodeID, "old_addr", s.Address, "raft_addr", req.RaftAddr)
 		case sameID || sameAddr:
 			n.log.Info("removing stale member before join", "stale_id", s.ID, "stale_addr", s.Address, "node_id", req.NodeID)
 			if err := n.membershipChange(ctx, n.raft.RemoveServer(s.ID, 0, 0)); err != nil {
@@ -280,20 +284,59 @@ func (n *Node) registerLoop() {
 			continue // the leader records itself when it becomes ready
 		}
 		me := n.self()
-		if cur, ok := n.fsm.Node(me.ID); ok && cur == me {
+		if cur, ok := n.fsm.Node(me.ID); ok && cur == me && n.inConfiguration() {
 			continue
 		}
-		leaderHTTP := n.LeaderDialAddr()
-		if leaderHTTP == "" || !n.inConfiguration() {
-			continue
+		if !n.memberByID() {
+			continue // removed, or never added: nothing to correct
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := n.postJoin(ctx, leaderHTTP, JoinRequest{NodeID: me.ID, RaftAddr: me.RaftAddr, HTTPAddr: me.HTTPAddr, UpdateOnly: true})
-		cancel()
-		if err != nil {
-			n.log.Debug("updating this node's directory entry failed; will retry", "error", err)
+		req := JoinRequest{NodeID: me.ID, RaftAddr: me.RaftAddr, HTTPAddr: me.HTTPAddr, UpdateOnly: true}
+		for _, addr := range n.registrationTargets() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := n.postJoin(ctx, addr, req)
+			cancel()
+			if err == nil {
+				n.log.Info("updated this node's addresses in the cluster", "via", addr)
+				break
+			}
+			n.log.Debug("updating this node's addresses failed; will retry", "via", addr, "error", err)
 		}
 	}
+}
+
+// registrationTargets lists where to send an address update: the leader if
+// known, else every other member in the directory and the --join addresses
+// (a follower forwards to the leader). A node whose Raft address changed
+// hears from no leader, and its state holds only what a snapshot restored,
+// so the join addresses may be its only way back in.
+func (n *Node) registrationTargets() []string {
+	if addr := n.LeaderDialAddr(); addr != "" {
+		return []string{addr}
+	}
+	var out []string
+	for _, m := range n.fsm.Nodes() {
+		if m.ID != n.cfg.NodeID && m.HTTPAddr != "" {
+			out = append(out, n.httpDialAddr(m.ID, m.HTTPAddr))
+		}
+	}
+	for _, a := range n.cfg.Join {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// memberByID reports whether this node's id is in the configuration it
+// knows, whatever the address recorded for it.
+func (n *Node) memberByID() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	return slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+		return string(s.ID) == n.cfg.NodeID
+	})
 }
 
 func (n *Node) peerRequest(ctx context.Context, method, addr, path string, body any) (*http.Response, error) {

@@ -1100,3 +1100,46 @@ func TestSettingsPutRejectsNullBody(t *testing.T) {
 		t.Errorf("the state changed (a write was committed) although no body named a setting: hash %s -> %s", before, after)
 	}
 }
+
+// TestRestartedNodeWithNewAddressesIsFoundAgain restarts a follower from its
+// data on new HTTP and Raft ports: the cluster learns both addresses (Raft
+// configuration and node directory), the node catches up, and requests
+// through it reach the leader.
+func TestRestartedNodeWithNewAddressesIsFoundAgain(t *testing.T) {
+	t.Parallel()
+	c, leader := formCluster(t, 3, harness.Options{})
+	moved := harness.Except(c.Nodes(), leader)[0]
+	if code := c.Stop(moved); code != 0 {
+		t.Fatalf("%s exited %d on SIGTERM", moved.ID, code)
+	}
+	oldHTTP, oldRaft := moved.HTTPAddr, moved.RaftAddr
+	var err error
+	if moved.HTTPAddr, err = env.Ports.Addr(); err != nil {
+		t.Fatal(err)
+	}
+	if moved.RaftAddr, err = env.Ports.Addr(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, leader, harness.Settings{"queue_max_jobs": 21}, "")
+	// A new Raft address means no leader will call: --join names a member
+	// to tell where the node now is.
+	c.Start(moved, "--join", leader.HTTPAddr)
+	c.WaitMembers(c.Nodes())
+	for _, n := range c.Nodes() {
+		st, err := n.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := st.Member(moved.ID)
+		if !ok || m.HTTPAddr != moved.HTTPAddr || m.RaftAddr != moved.RaftAddr {
+			t.Fatalf("%s lists %s as %+v; want http %s raft %s (was %s, %s)", n.ID, moved.ID, m, moved.HTTPAddr, moved.RaftAddr, oldHTTP, oldRaft)
+		}
+	}
+	c.WaitSameState()
+	put(t, moved, harness.Settings{"queue_max_jobs": 22}, "")
+	for _, n := range c.Nodes() {
+		if got := mustSettings(t, n, false)["queue_max_jobs"]; got != 22 {
+			t.Errorf("via %s: queue_max_jobs %d, want 22", n.ID, got)
+		}
+	}
+}

@@ -63,7 +63,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7071", "address the Raft transport listens on")
 	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node at (default: the listening address)")
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address other nodes dial (default: the listening address)")
-	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of other nodes, used by a node without data to find or form its cluster")
+	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of other nodes: a node without data finds or forms its cluster through them; a member restarted on new addresses tells the cluster where it is")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "number of voters a new cluster forms with (with --join listing the others)")
 	fs.StringVar(&c.clusterKey, "cluster-key", "", "shared secret for node-to-node and operator calls (prefer HOLDFAST_CLUSTER_KEY)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 1000, "API requests per second allowed per client address on this node (0: no limit)")
