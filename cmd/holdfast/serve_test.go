@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFlagsAndEnvironment(t *testing.T) {
+	t.Setenv("HOLDFAST_DATA_DIR", "/env/data")
+	t.Setenv("HOLDFAST_HTTP_ADDR", "127.0.0.1:9999")
+	t.Setenv("HOLDFAST_BOOTSTRAP_EXPECT", "3")
+	t.Setenv("HOLDFAST_SWEEP_INTERVAL", "250ms")
+	c, err := parseServeFlags([]string{"--http-addr", "127.0.0.1:8080", "--join", "a:1, b:2,,"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.dataDir != "/env/data" || c.bootstrapExpect != 3 || c.sweepInterval != 250*time.Millisecond {
+		t.Fatalf("environment not applied: %+v", c)
+	}
+	if c.httpAddr != "127.0.0.1:8080" {
+		t.Fatalf("a flag on the command line must win over the environment, got %s", c.httpAddr)
+	}
+	if got := splitList(c.join); len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
+		t.Fatalf("join list %q", got)
+	}
+	if c.raftAddr != "127.0.0.1:7071" || c.rateLimit != 1000 {
+		t.Fatalf("defaults wrong: %+v", c)
+	}
+
+	t.Setenv("HOLDFAST_BOOTSTRAP_EXPECT", "three")
+	if _, err := parseServeFlags(nil, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "HOLDFAST_BOOTSTRAP_EXPECT") {
+		t.Fatalf("a bad environment value must name its variable: %v", err)
+	}
+	t.Setenv("HOLDFAST_BOOTSTRAP_EXPECT", "")
+	if _, err := parseServeFlags([]string{"extra"}, &bytes.Buffer{}); err == nil {
+		t.Fatal("a stray argument was accepted")
+	}
+}
+
+func TestPeerAddrOverrides(t *testing.T) {
+	m, err := parsePeerAddrs("n1=127.0.0.1:1, n2=127.0.0.1:2")
+	if err != nil || len(m) != 2 || m["n2"] != "127.0.0.1:2" {
+		t.Fatalf("parsePeerAddrs: %v %v", m, err)
+	}
+	for _, bad := range []string{"n1", "=127.0.0.1:1", "n1=", "n1=nohostport"} {
+		if _, err := parsePeerAddrs(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestNodeIDIsGeneratedOnceAndKept(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	c := &serveConfig{dataDir: dir}
+	first, err := c.resolveNodeID()
+	if err != nil || !strings.HasPrefix(first, "node-") || len(first) != len("node-")+12 {
+		t.Fatalf("generated id %q, %v", first, err)
+	}
+	again, err := c.resolveNodeID()
+	if err != nil || again != first {
+		t.Fatalf("second start got %q, want the kept %q", again, first)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "node-id"))
+	if err != nil || strings.TrimSpace(string(b)) != first {
+		t.Fatalf("node-id file %q, %v", b, err)
+	}
+	c.nodeID = "explicit"
+	if id, _ := c.resolveNodeID(); id != "explicit" {
+		t.Fatalf("an explicit id must win, got %q", id)
+	}
+}
+
+func TestExamplePayloadIsOnlyDescribed(t *testing.T) {
+	d := describePayload(json.RawMessage(examplePayload))
+	if !strings.Contains(d, "3 fields") || !strings.Contains(d, "no field executed, no URL followed") {
+		t.Fatalf("description %q", d)
+	}
+	if d := describePayload(json.RawMessage(`[1,2]`)); !strings.HasPrefix(d, "non-object payload of 5 bytes") {
+		t.Fatalf("description %q", d)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"frobnicate"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "unknown command") {
+		t.Fatalf("code %d, stderr %q", code, errOut.String())
+	}
+	if code := run([]string{"help"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "example-worker") {
+		t.Fatalf("help: code %d, %q", code, out.String())
+	}
+}
