@@ -22,6 +22,7 @@ type clockGuard struct {
 	offsets map[string]clockSample // peer id -> latest sample
 	skewed  bool
 	median  time.Duration
+	judged  time.Time // when a verdict last had enough evidence
 }
 
 type clockSample struct {
@@ -32,8 +33,13 @@ type clockSample struct {
 // maxSampleRTT discards samples whose round trip makes the offset too uncertain.
 const maxSampleRTT = 250 * time.Millisecond
 
-// sampleTTL is how long a sample counts.
-const sampleTTL = 10 * time.Second
+// sampleTTL is how long a sample counts. A peer that becomes unreachable
+// keeps witnessing with its last sample for this long: clocks drift slowly,
+// and a witness is what lets two disagreeing clocks be told apart.
+const sampleTTL = 2 * time.Minute
+
+// verdictTTL is how recent a verdict must be for a new leader to trust it.
+const verdictTTL = 5 * time.Second
 
 func (g *clockGuard) record(peer string, offset time.Duration, at time.Time) {
 	g.mu.Lock()
@@ -45,10 +51,12 @@ func (g *clockGuard) record(peer string, offset time.Duration, at time.Time) {
 }
 
 // evaluate recomputes the verdict over the members of the configuration:
-// this node (offset 0) and every peer with a fresh sample. A verdict needs a
-// majority of members; the median of an even count is the middle value
-// nearer to zero, so a tie never condemns a node. It reports whether the
-// verdict changed.
+// this node (offset 0) and every peer with a sample. A verdict needs clocks
+// from a majority of members. With an odd count the node is skewed when the
+// median is beyond the bound; with an even count, when either middle value
+// is: two clocks that disagree with no third to side with one of them both
+// refuse to lead, since neither can know it is the right one. It reports
+// whether the verdict changed.
 func (g *clockGuard) evaluate(members []string, self string, now time.Time, bound time.Duration) (changed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -66,16 +74,25 @@ func (g *clockGuard) evaluate(members []string, self string, now time.Time, boun
 	}
 	slices.Sort(offs)
 	med := offs[len(offs)/2]
+	skewed := absDur(med) > bound
 	if len(offs)%2 == 0 {
 		lo := offs[len(offs)/2-1]
-		if absDur(lo) < absDur(med) {
+		skewed = skewed || absDur(lo) > bound
+		if absDur(lo) > absDur(med) {
 			med = lo
 		}
 	}
-	skewed := absDur(med) > bound
 	changed = skewed != g.skewed
-	g.skewed, g.median = skewed, med
+	g.skewed, g.median, g.judged = skewed, med, now
 	return changed
+}
+
+// judgedSince reports whether a verdict with enough evidence was reached
+// at or after t.
+func (g *clockGuard) judgedSince(t time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.judged.Before(t)
 }
 
 func (g *clockGuard) verdict() (bool, time.Duration) {
@@ -95,19 +112,7 @@ func absDur(d time.Duration) time.Duration {
 // verdict: a skewed leader hands leadership over.
 func (n *Node) clockLoop() {
 	for n.sleep(time.Second) {
-		members, addrs := n.peerHTTPAddrs()
-		for id, addr := range addrs {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			t0 := n.cfg.Now()
-			st, err := n.peerStatus(ctx, addr)
-			t1 := n.cfg.Now()
-			cancel()
-			if err != nil || st.ClockUnixMs == 0 || t1.Sub(t0) > maxSampleRTT {
-				continue
-			}
-			mid := t0.Add(t1.Sub(t0) / 2)
-			n.clock.record(id, time.UnixMilli(st.ClockUnixMs).Sub(mid), t1)
-		}
+		members := n.sampleClocks()
 		if n.clock.evaluate(members, n.cfg.NodeID, n.cfg.Now(), n.cfg.MaxClockSkew) {
 			skewed, med := n.clock.verdict()
 			if skewed {
@@ -126,15 +131,16 @@ func (n *Node) clockLoop() {
 	}
 }
 
-// peerHTTPAddrs lists the configuration's members and the HTTP addresses of
-// the other members known to the directory.
-func (n *Node) peerHTTPAddrs() ([]string, map[string]string) {
+// sampleClocks records a clock sample from every voter it can reach —
+// through the directory, or the --join addresses while the directory is
+// not yet known — and returns the voters' ids.
+func (n *Node) sampleClocks() []string {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
-		return nil, nil
+		return nil
 	}
 	var members []string
-	addrs := map[string]string{}
+	targets := map[string]bool{}
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage != raft.Voter {
 			continue
@@ -145,10 +151,43 @@ func (n *Node) peerHTTPAddrs() ([]string, map[string]string) {
 			continue
 		}
 		if info, ok := n.fsm.Node(id); ok && info.HTTPAddr != "" {
-			addrs[id] = n.httpDialAddr(id, info.HTTPAddr)
+			targets[n.httpDialAddr(id, info.HTTPAddr)] = true
 		}
 	}
-	return members, addrs
+	for _, a := range n.cfg.Join {
+		targets[a] = true
+	}
+	for addr := range targets {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		t0 := n.cfg.Now()
+		st, err := n.peerStatus(ctx, addr)
+		t1 := n.cfg.Now()
+		cancel()
+		if err != nil || st.ClockUnixMs == 0 || st.NodeID == n.cfg.NodeID || t1.Sub(t0) > maxSampleRTT {
+			continue
+		}
+		mid := t0.Add(t1.Sub(t0) / 2)
+		n.clock.record(st.NodeID, time.UnixMilli(st.ClockUnixMs).Sub(mid), t1)
+	}
+	return members
+}
+
+// awaitClockVerdict waits, for at most timeout, until the clock guard has
+// judged this node's clock with fresh evidence, so a new leader does not
+// stamp commands before it knows whether its clock can be trusted. A
+// single-voter cluster has nothing to compare and does not wait.
+func (n *Node) awaitClockVerdict(ctx context.Context, timeout time.Duration) bool {
+	if n.voters() < 2 {
+		return true
+	}
+	since := n.cfg.Now().Add(-verdictTTL)
+	deadline := time.Now().Add(timeout)
+	for !n.clock.judgedSince(since) {
+		if time.Now().After(deadline) || !n.sleepCtx(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
+	return true
 }
 
 // ClockSkew reports whether this node considers its clock too far from the

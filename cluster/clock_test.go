@@ -18,7 +18,11 @@ func TestClockGuardVerdict(t *testing.T) {
 		{"this node behind both peers", []string{"a", "b", "c"}, map[string]time.Duration{"b": 10 * time.Second, "c": 10 * time.Second}, true},
 		{"this node ahead of both peers", []string{"a", "b", "c"}, map[string]time.Duration{"b": -5 * time.Second, "c": -5 * time.Second}, true},
 		{"one peer skewed, not this node", []string{"a", "b", "c"}, map[string]time.Duration{"b": 30 * time.Second, "c": 0}, false},
-		{"one peer sampled of three: a tie never condemns", []string{"a", "b", "c"}, map[string]time.Duration{"b": 30 * time.Second}, false},
+		{"two clocks that disagree: both step aside", []string{"a", "b", "c"}, map[string]time.Duration{"b": 30 * time.Second}, true},
+		{"two clocks that agree", []string{"a", "b", "c"}, map[string]time.Duration{"b": 300 * time.Millisecond}, false},
+		{"a stale-but-recent witness breaks the tie", []string{"a", "b", "c"}, map[string]time.Duration{"b": 0, "c": -9 * time.Second}, false},
+		{"four clocks split two and two", []string{"a", "b", "c", "d"}, map[string]time.Duration{"b": 0, "c": 9 * time.Second, "d": 9 * time.Second}, true},
+		{"four clocks, one off", []string{"a", "b", "c", "d"}, map[string]time.Duration{"b": 0, "c": 0, "d": 9 * time.Second}, false},
 		{"five nodes, majority agrees this node is off", []string{"a", "b", "c", "d", "e"},
 			map[string]time.Duration{"b": 3 * time.Second, "c": 3 * time.Second, "d": 3 * time.Second, "e": 0}, true},
 		{"just inside the bound", []string{"a", "b", "c"}, map[string]time.Duration{"b": time.Second, "c": time.Second}, false},
@@ -59,5 +63,8 @@ func TestClockGuardNeedsMajorityAndFreshSamples(t *testing.T) {
 	g.record("c", 0, later)
 	if !g.evaluate(members, "a", later, time.Second) {
 		t.Fatal("verdict did not recover once the clocks agree")
+	}
+	if !g.judgedSince(later) || g.judgedSince(later.Add(time.Millisecond)) {
+		t.Fatal("judgedSince does not report the last verdict's time")
 	}
 }

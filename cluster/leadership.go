@@ -100,6 +100,12 @@ func (n *Node) establish(ctx context.Context, gen uint64) {
 			return
 		}
 	}
+	if !n.awaitClockVerdict(ctx, 5*time.Second) {
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Warn("leading without a fresh clock comparison: no peer's clock could be sampled")
+	}
 	if skewed, _ := n.clock.verdict(); skewed {
 		n.log.Warn("not serving as leader: this node's clock is skewed; handing leadership over")
 		n.TransferLeadership(ctx)

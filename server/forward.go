@@ -54,23 +54,45 @@ func (s *Server) onLeader(allowStale bool) gin.HandlerFunc {
 // at the leader's HTTP address. bad is the answer when it can run nowhere.
 // A request that was already forwarded once is never sent on again.
 func (s *Server) leaderTarget(ctx context.Context, forwarded bool) (local bool, leaderHTTP string, bad *reply) {
-	if s.node.IsLeader() {
+	if !s.node.IsLeader() {
+		if forwarded {
+			// One hop only: leadership moved while the request travelled.
+			r := retryLater("leadership changed while the request was forwarded; nothing was changed, retry", "not_applied")
+			return false, "", &r
+		}
+		if addr := s.waitForLeader(ctx); addr != "" {
+			return false, addr, nil
+		}
+		if !s.node.IsLeader() {
+			r := retryLater("no leader is available (election in progress or no quorum); nothing was changed, retry shortly", "not_applied")
+			return false, "", &r
+		}
+	}
+	// A new leader serves only once it has applied its predecessors'
+	// entries: until then its settings and records may be stale, and a
+	// request would be judged against them.
+	if s.waitReady(ctx) {
 		return true, "", nil
 	}
-	if forwarded {
-		// One hop only: leadership moved while the request travelled.
-		r := retryLater("leadership changed while the request was forwarded; nothing was changed, retry", "not_applied")
-		return false, "", &r
-	}
-	addr := s.waitForLeader(ctx)
-	if addr == "" {
-		if s.node.IsLeader() {
-			return true, "", nil
+	r := retryLater("the leader is still catching up with its term, or leadership moved; nothing was changed, retry shortly", "not_applied")
+	return false, "", &r
+}
+
+// waitReady waits, for at most LeaderWait, until this node is a ready
+// leader. It returns false at once if the node stops leading.
+func (s *Server) waitReady(ctx context.Context) bool {
+	deadline := time.Now().Add(s.cfg.LeaderWait)
+	for !s.node.IsReadyLeader() {
+		if !s.node.IsLeader() || time.Now().After(deadline) {
+			return false
 		}
-		r := retryLater("no leader is available (election in progress or no quorum); nothing was changed, retry shortly", "not_applied")
-		return false, "", &r
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return false, addr, nil
+	return true
 }
 
 // waitForLeader polls for a leader's HTTP address, for at most LeaderWait.
