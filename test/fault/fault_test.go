@@ -1,0 +1,122 @@
+//go:build unix
+
+package fault
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func scenario(workload, nemesis string, nodes int, d time.Duration) Scenario {
+	return Scenario{Name: fmt.Sprintf("%s-%s-n%d", workload, nemesis, nodes), Workload: workload, Nemesis: nemesis, Nodes: nodes, Duration: d}
+}
+
+// plantedBugs are the scenarios that must fail the checkers: one per
+// planted bug, each built with its tag.
+func plantedBugs() []Scenario {
+	bug := func(tag, workload, nemesis string, d time.Duration, expect string) Scenario {
+		sc := scenario(workload, nemesis, 3, d)
+		sc.Name = "bug-" + tag[len("holdfast_bug_"):]
+		sc.Tag, sc.ExpectViolation, sc.Expect = tag, true, expect
+		return sc
+	}
+	return []Scenario{
+		// Ack/release/renew with a superseded receipt: a worker that stalled
+		// past its window acks after the job was claimed again.
+		bug("holdfast_bug_superseded_receipt", WorkloadQueue, NemesisNone, 25*time.Second, "stale receipts accepted (two valid claims at once)"),
+		// The leader acknowledges without Raft: a killed leader takes its
+		// acknowledged writes with it, and replicas differ.
+		bug("holdfast_bug_early_ack", WorkloadLease, NemesisKill, 30*time.Second, "fence order, lost completions, state hash divergence"),
+		// Followers answer reads from their own state: a partitioned node
+		// misses acknowledged acks and enqueues.
+		bug("holdfast_bug_stale_read", WorkloadQueue, NemesisPartition, 35*time.Second, "stale reads"),
+		// Restore resets the fencing counter: restarted nodes restore from
+		// their snapshots (kill nemesis, a snapshot every few seconds).
+		withArgs(bug("holdfast_bug_fence_reset", WorkloadLease, NemesisKill, 40*time.Second, "fence order, state hash divergence"),
+			"--snapshot-threshold", "24", "--trailing-logs", "8"),
+		// Apply reads each replica's own clock (one node also runs with a
+		// clock offset): replicas diverge.
+		bug("holdfast_bug_local_clock", WorkloadLease, NemesisClock, 30*time.Second, "state hash divergence"),
+	}
+}
+
+func withArgs(sc Scenario, args ...string) Scenario {
+	sc.Args = append(sc.Args, args...)
+	return sc
+}
+
+// teeth is the fenced workload with the store's fence check off: stale
+// writers must visibly overwrite newer owners' writes.
+func teeth(nodes int, d time.Duration) Scenario {
+	sc := scenario(WorkloadNoFence, NemesisPause, nodes, d)
+	sc.ExpectViolation, sc.Expect = true, "lost updates in the unfenced store"
+	return sc
+}
+
+// matrix is the CI matrix: each workload under each relevant nemesis, with
+// 3 and 5 nodes.
+func matrix() []Scenario {
+	const d = 55 * time.Second
+	var out []Scenario
+	add := func(workload string, nemeses ...string) {
+		for _, n := range nemeses {
+			for _, nodes := range []int{3, 5} {
+				out = append(out, scenario(workload, n, nodes, d))
+			}
+		}
+	}
+	out = append(out, teeth(3, 25*time.Second))
+	for _, n := range []string{NemesisPartition, NemesisKill, NemesisPause, NemesisMembership, NemesisMix, NemesisClock, NemesisClockCrash} {
+		add(WorkloadLease, n)
+		if n != NemesisMembership && n != NemesisClock && n != NemesisClockCrash {
+			add(WorkloadFenced, n)
+		}
+		if n != NemesisClock && n != NemesisClockCrash {
+			add(WorkloadQueue, n)
+		}
+	}
+	return out
+}
+
+// smoke is what `go test ./...` runs by default.
+func smoke() []Scenario {
+	return []Scenario{
+		scenario(WorkloadLease, NemesisKill, 3, 20*time.Second),
+		scenario(WorkloadQueue, NemesisPartition, 3, 20*time.Second),
+		scenario(WorkloadFenced, NemesisPause, 3, 15*time.Second),
+	}
+}
+
+func skipUnlessSuite(t *testing.T) *suite {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("fault suite: skipped with -short")
+	}
+	if theSuite == nil {
+		t.Fatal("fault suite: TestMain did not set up the suite")
+	}
+	return theSuite
+}
+
+// TestPlantedBugs proves the checkers can fail: each planted bug must be
+// reported. The smoke runs one; the full matrix runs all five.
+func TestPlantedBugs(t *testing.T) {
+	s := skipUnlessSuite(t)
+	scs := plantedBugs()
+	if !s.cfg.full {
+		scs = scs[:1]
+	}
+	s.runScenarios(t, scs)
+}
+
+// TestFaultMatrix runs the workloads under the nemeses (the smoke subset
+// unless a budget or the full matrix is asked for).
+func TestFaultMatrix(t *testing.T) {
+	s := skipUnlessSuite(t)
+	scs := smoke()
+	if s.cfg.full {
+		scs = matrix()
+	}
+	s.runScenarios(t, scs)
+}
