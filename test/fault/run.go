@@ -320,7 +320,7 @@ func newRun(t *testing.T, s *suite, sc Scenario) *run {
 		r.ops.Close()
 		if r.c != nil {
 			for _, n := range r.slots {
-				_ = copyFile(n.LogPath, filepath.Join(dir, "logs", filepath.Base(n.LogPath)))
+				_ = harness.CopyFile(n.LogPath, filepath.Join(dir, "logs", filepath.Base(n.LogPath)))
 			}
 		}
 		switch {
@@ -701,23 +701,6 @@ func sanitize(s string) string {
 	}, s)
 }
 
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
 func copyDir(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -731,6 +714,6 @@ func copyDir(src, dst string) error {
 		if d.IsDir() {
 			return os.MkdirAll(target, 0o755)
 		}
-		return copyFile(p, target)
+		return harness.CopyFile(p, target)
 	})
 }

@@ -595,17 +595,19 @@ func (c *Cluster) keepLogs() (string, error) {
 		return "", err
 	}
 	for _, n := range c.Nodes() {
-		if err := copyFile(n.LogPath, filepath.Join(dir, filepath.Base(n.LogPath))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := CopyFile(n.LogPath, filepath.Join(dir, filepath.Base(n.LogPath))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return dir, err
 		}
 	}
 	return dir, nil
 }
 
-func copyFile(src, dst string) error {
+// CopyFile copies src to dst (created or truncated); tests use it to keep
+// logs and artifacts out of directories that are about to be removed.
+func CopyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
-		return err
+		return fmt.Errorf("open %s: %w", src, err)
 	}
 	defer in.Close()
 	out, err := os.Create(dst)
