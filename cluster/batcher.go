@@ -7,15 +7,16 @@ import (
 	"github.com/holdfast/holdfast/fsm"
 )
 
-// Group commit: proposals go through a channel to a few flushers. A flusher
-// takes every proposal waiting (up to maxBatch) and proposes them as one
-// Raft entry, so concurrent writes share an entry, a disk write and an
-// fsync, while a lone write is proposed at once. Several flushers keep
-// batches in flight while the next ones gather.
-const (
-	flushers = 16
-	maxBatch = 128
-)
+// Group commit: proposals go through a channel to one flusher, which takes
+// every proposal waiting (up to maxBatch), proposes them as one Raft entry
+// and waits for it to apply. While that entry commits, the next proposals
+// gather, so concurrent writes share an entry, a disk write and an fsync on
+// every node, and a lone write is proposed at once. One entry in flight
+// makes the batches as large as the load allows: measured with `holdfast
+// bench` on 2 cores, one flusher gave about 30% more queue cycles per
+// second at 64 clients than 2, 4 or 16 flushers, and lower latency at 1 and
+// 8 clients.
+const maxBatch = 128
 
 // Proposal states: a waiter that gives up can withdraw its proposal only
 // while it is still queued, so nothing it was told "not applied" is applied.
@@ -36,7 +37,7 @@ type proposalResult struct {
 	err  error
 }
 
-// flush runs one flusher until shutdown.
+// flush runs the flusher until shutdown.
 func (n *Node) flush() {
 	batch := make([]*proposal, 0, maxBatch)
 	enc := make([][]byte, 0, maxBatch)

@@ -87,9 +87,7 @@ func Open(cfg Config) (*Node, error) {
 	n.log.Info("raft started", "node_id", cfg.NodeID, "raft_addr", n.RaftAddr(), "http_addr", cfg.HTTPAdvertise, "existing_state", hasState)
 
 	n.goLoop(n.watchLeadership)
-	for i := 0; i < flushers; i++ {
-		n.goLoop(n.flush)
-	}
+	n.goLoop(n.flush)
 	n.goLoop(n.registerLoop)
 	n.goLoop(n.clockLoop)
 	if !hasState {
