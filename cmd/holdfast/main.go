@@ -4,6 +4,7 @@
 //
 //	holdfast serve [flags]            run a node (with no flags: a single-node cluster in ./holdfast-data)
 //	holdfast example-worker [flags]   run the bounded example worker against a node
+//	holdfast bench [flags]            closed-loop load against a cluster
 //	holdfast help                     show this help
 //
 // Every serve flag has a HOLDFAST_* environment equivalent (--data-dir is
