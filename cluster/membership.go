@@ -414,6 +414,9 @@ type Status struct {
 	HTTPAddr       string `json:"http_addr"`
 	RaftAddr       string `json:"raft_addr"`
 	Formed         bool   `json:"formed"`
+	// Member is true when the Raft configuration this node knows lists it;
+	// false on a node that was removed (or has not yet been added).
+	Member bool `json:"member"`
 	// ClockUnixMs is this node's wall clock when it answered, for peers'
 	// clock-skew estimates.
 	ClockUnixMs int64 `json:"clock_unix_ms"`
@@ -450,10 +453,31 @@ func (n *Node) Status() Status {
 		for _, s := range f.Configuration().Servers {
 			info, _ := n.fsm.Node(string(s.ID))
 			st.Nodes = append(st.Nodes, Member{ID: string(s.ID), HTTPAddr: info.HTTPAddr, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter})
+			st.Member = st.Member || string(s.ID) == n.cfg.NodeID
 		}
 	}
 	st.Formed = len(st.Nodes) > 0
 	skewed, off := n.ClockSkew()
 	st.ClockSkewed, st.ClockOffsetMs, st.ClockUnixMs = skewed, off.Milliseconds(), n.Now()
 	return st
+}
+
+// removed reports whether this node knows a configuration that does not
+// list it: it was removed, or is still replaying the log of the cluster it
+// is joining.
+func (n *Node) removed() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	if len(servers) == 0 {
+		return false
+	}
+	for _, s := range servers {
+		if string(s.ID) == n.cfg.NodeID {
+			return false
+		}
+	}
+	return true
 }

@@ -34,6 +34,9 @@ func (n *Node) ReadLinearizable(ctx context.Context, read func()) error {
 // has applied everything it knows to be committed. The reason says why not.
 func (n *Node) Ready() (bool, string) {
 	if _, id := n.raft.LeaderWithID(); id == "" {
+		if n.removed() {
+			return false, "no leader is known and this node is not in the cluster's configuration: if it was removed, stop it, or wipe its data directory and start it with --join to add it again"
+		}
 		return false, "no leader is known"
 	}
 	if n.IsLeader() && !n.lead.isReady() {

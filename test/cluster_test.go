@@ -189,8 +189,8 @@ func checkFormed(c *harness.Cluster, nodes []*harness.Node) error {
 			return fmt.Errorf("%s names leader %q at %q, want %q at %q", n.ID, s.LeaderID, s.LeaderHTTPAddr, leader.ID, leader.HTTPAddr)
 		case s.Term != term || term == 0:
 			return fmt.Errorf("%s is in term %d, leader in %d", n.ID, s.Term, term)
-		case !s.Formed || !s.Ready:
-			return fmt.Errorf("%s: formed=%v ready=%v", n.ID, s.Formed, s.Ready)
+		case !s.Formed || !s.Ready || !s.IsMember:
+			return fmt.Errorf("%s: formed=%v ready=%v member=%v", n.ID, s.Formed, s.Ready, s.IsMember)
 		case s.AppliedIndex == 0 || s.AppliedIndex > s.CommitIndex || s.CommitIndex > s.LastLogIndex:
 			return fmt.Errorf("%s: indexes applied %d, commit %d, last log %d are not ordered", n.ID, s.AppliedIndex, s.CommitIndex, s.LastLogIndex)
 		case s.StateHash != "":
@@ -522,6 +522,24 @@ func TestNodesJoinRunningClusterAndAreRemoved(t *testing.T) {
 	}
 	rest := harness.Except(all, target)
 	c.WaitMembers(rest, rest...)
+	// The removed node says so, and is never ready.
+	c.Eventually("the removed node knows it is no member", func() error {
+		s, err := target.Status()
+		if err != nil {
+			return err
+		}
+		if s.IsMember || s.Ready || s.LeaderID != "" {
+			return fmt.Errorf("%s: member=%v ready=%v leader=%q", target.ID, s.IsMember, s.Ready, s.LeaderID)
+		}
+		r, err := target.Get("/readyz")
+		if err != nil {
+			return err
+		}
+		if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "not in the cluster's configuration") {
+			return fmt.Errorf("%s /readyz: %s", target.ID, r)
+		}
+		return nil
+	})
 	c.Kill(target)
 
 	// Remove the other through the current leader.

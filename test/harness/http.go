@@ -41,6 +41,7 @@ type Status struct {
 	HTTPAddr       string   `json:"http_addr"`
 	RaftAddr       string   `json:"raft_addr"`
 	Formed         bool     `json:"formed"`
+	IsMember       bool     `json:"member"`
 	StateHash      string   `json:"state_hash"`
 	Nodes          []Member `json:"nodes"`
 }
