@@ -12,10 +12,9 @@ import (
 // and waits for it to apply. While that entry commits, the next proposals
 // gather, so concurrent writes share an entry, a disk write and an fsync on
 // every node, and a lone write is proposed at once. One entry in flight
-// makes the batches as large as the load allows: measured with `holdfast
-// bench` on 2 cores, one flusher gave about 30% more queue cycles per
-// second at 64 clients than 2, 4 or 16 flushers, and lower latency at 1 and
-// 8 clients.
+// makes the batches as large as the load allows; several flushers would
+// split the same writes into more, smaller entries, each with its own disk
+// writes and fsyncs on every node.
 const maxBatch = 128
 
 // Proposal states: a waiter that gives up can withdraw its proposal only

@@ -208,9 +208,7 @@ func (r *Recorder) Close() error {
 	if r.file == nil {
 		return r.err
 	}
-	if err := r.w.Flush(); err != nil && r.err == nil {
-		r.err = fmt.Errorf("flush history: %w", err)
-	}
+	_ = r.flushLocked() // recorded in r.err; the file is closed either way
 	if err := r.file.Close(); err != nil && r.err == nil {
 		r.err = fmt.Errorf("close history: %w", err)
 	}
@@ -222,6 +220,11 @@ func (r *Recorder) Close() error {
 func (r *Recorder) Flush() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.flushLocked()
+}
+
+// flushLocked writes buffered events to the file, if open; r.mu is held.
+func (r *Recorder) flushLocked() error {
 	if r.file == nil {
 		return r.err
 	}

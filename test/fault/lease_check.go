@@ -4,7 +4,9 @@ package fault
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -167,11 +169,7 @@ func CheckLeases(all []Op, tol, timeout time.Duration) *LeaseReport {
 		seen[g.fence] = g
 	}
 
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(byKey))
 	for _, k := range keys {
 		rep.checkKey(k, byKey[k], t)
 	}

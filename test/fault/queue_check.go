@@ -4,6 +4,8 @@ package fault
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 )
@@ -191,11 +193,7 @@ func CheckQueue(ops []Op, maxAttempts int, tol time.Duration) *QueueReport {
 	}
 	rep.Enqueued = len(okKeys)
 
-	keys := make([]string, 0, len(idsOfKey))
-	for k := range idsOfKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(idsOfKey))
 	for _, k := range keys {
 		if len(idsOfKey[k]) > 1 {
 			rep.JobIDMismatch++
@@ -207,11 +205,7 @@ func CheckQueue(ops []Op, maxAttempts int, tol time.Duration) *QueueReport {
 		}
 	}
 
-	jobIDs := make([]string, 0, len(claims))
-	for id := range claims {
-		jobIDs = append(jobIDs, id)
-	}
-	sort.Strings(jobIDs)
+	jobIDs := slices.Sorted(maps.Keys(claims))
 	for _, id := range jobIDs {
 		cs := claims[id]
 		rep.Deliveries += len(cs)
@@ -280,11 +274,7 @@ func CheckQueue(ops []Op, maxAttempts int, tol time.Duration) *QueueReport {
 	}
 
 	// A receipt is dead once a later claim of its job was acknowledged.
-	receipts := make([]string, 0, len(receiptOps))
-	for r := range receiptOps {
-		receipts = append(receipts, r)
-	}
-	sort.Strings(receipts)
+	receipts := slices.Sorted(maps.Keys(receiptOps))
 	for _, r := range receipts {
 		c, ok := receiptClaim[r]
 		if !ok {
@@ -334,11 +324,7 @@ func CheckQueue(ops []Op, maxAttempts int, tol time.Duration) *QueueReport {
 	}
 
 	// Every acknowledged job ends completed, failed at the limit, or readable.
-	ids := make([]string, 0, len(enqOK))
-	for id := range enqOK {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(enqOK))
 	for _, id := range ids {
 		out, ok := finals[id]
 		switch {
@@ -367,11 +353,7 @@ func CheckQueue(ops []Op, maxAttempts int, tol time.Duration) *QueueReport {
 		}
 	}
 	// Queue totals lie between the acknowledged and the attempted keys.
-	qs := make([]string, 0, len(totals))
-	for q := range totals {
-		qs = append(qs, q)
-	}
-	sort.Strings(qs)
+	qs := slices.Sorted(maps.Keys(totals))
 	for _, q := range qs {
 		total := totals[q]
 		switch {

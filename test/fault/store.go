@@ -4,7 +4,8 @@ package fault
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -70,11 +71,7 @@ func (s *FencedStore) Write(key, value string, fence int64, owner string, proces
 func (s *FencedStore) Log() []StoreWrite {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.regs))
-	for k := range s.regs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(s.regs))
 	var out []StoreWrite
 	for _, k := range keys {
 		out = append(out, s.regs[k].log...)
@@ -152,11 +149,7 @@ func CheckStore(log []StoreWrite, ops []Op, stale map[string]bool, tol time.Dura
 	for _, w := range log {
 		byKey[w.Key] = append(byKey[w.Key], w)
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(byKey))
 	for _, k := range keys {
 		var maxFence int64
 		maxOwner := ""
