@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/holdfast/holdfast/internal/tlsconf"
 )
 
 // Config configures a Node. Zero durations and counts take the defaults
@@ -35,6 +37,10 @@ type Config struct {
 	BootstrapExpect int
 	// ClusterKey is the shared secret sent on node-to-node HTTP calls.
 	ClusterKey string
+	// Peer, when set, is this node's identity on the links between nodes:
+	// the Raft transport runs over mutual TLS against the peer CA, and
+	// node-to-node HTTP calls use HTTPS with the node certificate.
+	Peer *tlsconf.Peer
 	// Logger is the root of the logger tree; Raft logs under "raft".
 	Logger hclog.Logger
 
@@ -73,7 +79,8 @@ type Config struct {
 
 	// Now is the node's wall clock (default time.Now).
 	Now func() time.Time
-	// HTTPClient makes node-to-node calls (default: 5 s timeout).
+	// HTTPClient makes node-to-node calls (default: 5 s timeout, HTTPS with
+	// the node certificate when Peer is set).
 	HTTPClient *http.Client
 }
 
@@ -115,7 +122,7 @@ func (c *Config) setDefaults() {
 		c.Now = time.Now
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+		c.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: PeerTransport(c.Peer)}
 	}
 }
 
@@ -133,8 +140,24 @@ func (c *Config) validate() error {
 		return fmt.Errorf("bootstrap-expect must be 0 or more, got %d", c.BootstrapExpect)
 	case c.BootstrapExpect > 1 && len(c.Join) == 0:
 		return fmt.Errorf("bootstrap-expect %d needs --join with the other nodes' HTTP addresses", c.BootstrapExpect)
+	case c.Peer != nil && c.Peer.NodeID() != c.NodeID:
+		return fmt.Errorf("the peer certificate names node %q but this node's id is %q: a node's certificate must name it", c.Peer.NodeID(), c.NodeID)
 	}
 	return nil
 }
 
 func (c *Config) boltPath() string { return filepath.Join(c.DataDir, "raft.db") }
+
+// PeerTransport returns an HTTP transport for calls to other nodes: HTTPS
+// with the node certificate when peer is set, plain HTTP otherwise.
+func PeerTransport(peer *tlsconf.Peer) *http.Transport {
+	t := &http.Transport{
+		Proxy:               nil, // node-to-node calls never go through a proxy
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	if peer != nil {
+		t.DialTLSContext = peer.DialHTTP
+	}
+	return t
+}

@@ -348,7 +348,7 @@ func (n *Node) peerRequest(ctx context.Context, method, addr, path string, body 
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, n.PeerURL(addr, path), rd)
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}

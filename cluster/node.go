@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/tlsconf"
 )
 
 // Node is one member of a holdfast cluster.
@@ -24,6 +26,7 @@ type Node struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
+	stream    *tlsStream // nil without a peer identity
 	store     *raftboltdb.BoltStore
 
 	notifyCh   chan bool
@@ -84,6 +87,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	if n.stream != nil {
+		n.stream.setExpected(n.membersAt)
+	}
 	n.log.Info("raft started", "node_id", cfg.NodeID, "raft_addr", n.RaftAddr(), "http_addr", cfg.HTTPAdvertise, "existing_state", hasState)
 
 	n.goLoop(n.watchLeadership)
@@ -122,19 +128,61 @@ func (n *Node) openStores() error {
 		}
 		advertise = a
 	}
-	t, err := raft.NewTCPTransportWithConfig(n.cfg.RaftBind, advertise, &raft.NetworkTransportConfig{
+	tc := &raft.NetworkTransportConfig{
 		ServerAddressProvider:   dialOverrides(n.cfg.RaftPeerAddrs),
 		Logger:                  n.cfg.Logger.Named("raft-net"),
 		MaxPool:                 4,
 		Timeout:                 10 * time.Second,
 		MsgpackUseNewTimeFormat: true,
-	})
-	if err != nil {
-		return fmt.Errorf("start raft transport on %s: %w", n.cfg.RaftBind, err)
 	}
-	n.transport = t
+	if n.cfg.Peer == nil {
+		t, err := raft.NewTCPTransportWithConfig(n.cfg.RaftBind, advertise, tc)
+		if err != nil {
+			return fmt.Errorf("start raft transport on %s: %w", n.cfg.RaftBind, err)
+		}
+		n.transport = t
+		return nil
+	}
+	stream, err := newTLSStream(n.cfg.RaftBind, advertise, n.cfg.Peer, n.cfg.Logger.Named("raft-tls"))
+	if err != nil {
+		return fmt.Errorf("start raft TLS transport on %s: %w", n.cfg.RaftBind, err)
+	}
+	tc.Stream = stream
+	n.stream = stream
+	n.transport = raft.NewNetworkTransportWithConfig(tc)
 	return nil
 }
+
+// membersAt returns the ids of the members this node dials at a Raft
+// address: by its dial overrides, and by the configuration it knows.
+func (n *Node) membersAt(addr raft.ServerAddress) []string {
+	var ids []string
+	for id, a := range n.cfg.RaftPeerAddrs {
+		if raft.ServerAddress(a) == addr {
+			ids = append(ids, id)
+		}
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if s.Address == addr && !slices.Contains(ids, string(s.ID)) {
+				ids = append(ids, string(s.ID))
+			}
+		}
+	}
+	return ids
+}
+
+// PeerURL is the URL of path on another node's HTTP listener at addr:
+// HTTPS when this node has a peer identity.
+func (n *Node) PeerURL(addr, path string) string {
+	if n.cfg.Peer != nil {
+		return "https://" + addr + path
+	}
+	return "http://" + addr + path
+}
+
+// Peer returns this node's peer identity, or nil without peer TLS.
+func (n *Node) Peer() *tlsconf.Peer { return n.cfg.Peer }
 
 func (n *Node) closeStores() {
 	if n.transport != nil {

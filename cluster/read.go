@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -42,6 +43,13 @@ func (n *Node) Ready() (bool, string) {
 	if n.IsLeader() && !n.lead.isReady() {
 		return false, "leader has not yet applied its term's barrier"
 	}
+	if !n.IsLeader() {
+		// Raft itself gives up on a silent leader only after a randomised
+		// one to two heartbeat timeouts; its writes fail well before that.
+		if since := time.Since(n.raft.LastContact()); since > n.leaderContactBound() {
+			return false, fmt.Sprintf("no contact with the leader for %s", since.Round(time.Millisecond))
+		}
+	}
 	if applied, commit := n.raft.AppliedIndex(), n.raft.CommitIndex(); applied < commit {
 		return false, fmt.Sprintf("applied index %d is behind commit index %d", applied, commit)
 	}
@@ -54,3 +62,10 @@ func (n *Node) Ready() (bool, string) {
 func (n *Node) IsReadyLeader() bool {
 	return n.raft.State() == raft.Leader && n.lead.isReady()
 }
+
+// leaderContactBound is how long a follower may go without hearing from
+// its leader and still call itself ready: half a heartbeat timeout, several
+// times the interval of the leader's heartbeats (a tenth to a fifth of the
+// timeout), so readiness turns within one heartbeat timeout of losing the
+// leader.
+func (n *Node) leaderContactBound() time.Duration { return n.cfg.HeartbeatTimeout / 2 }

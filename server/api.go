@@ -15,7 +15,7 @@ const apiBodyLimit = 256 << 10
 const APIPrefix = "/services/v1"
 
 func (s *Server) routeAPI() {
-	g := s.engine.Group(APIPrefix, s.limit())
+	g := s.engine.Group(APIPrefix, s.limit(), s.bufferBody(apiBodyLimit))
 	lead := s.onLeader(false)
 	read := s.onLeader(true)
 	g.POST("/lease/namespace", s.restNamespace)

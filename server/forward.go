@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,7 +36,7 @@ func (s *Server) onLeader(allowStale bool) gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		local, addr, bad := s.leaderTarget(c.Request.Context(), c.GetHeader(forwardedHeader) != "")
+		local, addr, bad := s.leaderTarget(c.Request.Context(), s.forwardedByPeer(c))
 		switch {
 		case bad != nil:
 			bad.write(c)
@@ -160,7 +158,7 @@ func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leader
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
-	out, err := http.NewRequestWithContext(ctx, req.method, "http://"+leaderHTTP+req.uri, req.body)
+	out, err := http.NewRequestWithContext(ctx, req.method, s.node.PeerURL(leaderHTTP, req.uri), req.body)
 	if err != nil {
 		r := errReply(http.StatusBadRequest, "request cannot be forwarded", nil)
 		return leaderAnswer{}, &r
@@ -251,63 +249,4 @@ func (s *Server) forward(c *gin.Context, leaderHTTP string) {
 		s.log.Warn("relaying the leader's answer failed", "route", c.FullPath(), "error", err)
 	}
 	c.Abort()
-}
-
-// peerAuthenticated reports whether the request comes from a cluster peer:
-// it carries the cluster key, or, with no key configured, it comes from
-// loopback.
-func (s *Server) peerAuthenticated(c *gin.Context) bool {
-	if s.node.ClusterKey() != "" {
-		return s.node.CheckKey(c.GetHeader(cluster.KeyHeader))
-	}
-	return isLoopback(c.Request.RemoteAddr)
-}
-
-// clientIP is the address the request came from: the forwarding node's
-// claim when the request comes from an authenticated peer, else the TCP
-// peer address. gin's own ClientIP (which trusts X-Forwarded-For) is not
-// used.
-func (s *Server) clientIP(c *gin.Context) string {
-	if fwd := c.GetHeader(clientIPHeader); fwd != "" && c.GetHeader(forwardedHeader) != "" && s.peerAuthenticated(c) {
-		if ip := net.ParseIP(fwd); ip != nil {
-			return ip.String()
-		}
-	}
-	return remoteIP(c.Request.RemoteAddr)
-}
-
-func remoteIP(remoteAddr string) string {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	if ip == nil {
-		return host
-	}
-	if v4 := ip.To4(); v4 != nil {
-		return v4.String()
-	}
-	return ip.String()
-}
-
-func isLoopback(remoteAddr string) bool {
-	ip := net.ParseIP(remoteIP(remoteAddr))
-	return ip != nil && ip.IsLoopback()
-}
-
-// requirePeer rejects node-to-node and operator calls without the cluster
-// key (or, with no key configured, from anywhere but loopback).
-func (s *Server) requirePeer() gin.HandlerFunc {
-	return func(c *gin.Context) {
-		if s.peerAuthenticated(c) {
-			c.Next()
-			return
-		}
-		if s.node.ClusterKey() != "" {
-			fail(c, http.StatusUnauthorized, "this endpoint requires the cluster key in the "+cluster.KeyHeader+" header")
-			return
-		}
-		fail(c, http.StatusForbidden, "this endpoint is only available from loopback when no cluster key is configured")
-	}
 }

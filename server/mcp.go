@@ -70,7 +70,7 @@ func (s *Server) routeMCP() {
 		ctx := context.WithValue(c.Request.Context(), mcpCallerKey{}, mcpCaller{clientIP: s.clientIP(c)})
 		h.ServeHTTP(c.Writer, c.Request.WithContext(ctx))
 	}
-	s.engine.POST(MCPPath, refuseCrossOrigin(), s.limit(), limitBody(mcpBodyLimit), serve)
+	s.engine.POST(MCPPath, refuseCrossOrigin(), s.limit(), s.bufferBody(mcpBodyLimit), refuseBatch(), serve)
 }
 
 // refuseCrossOrigin answers 403 to any request a browser sent on behalf of
@@ -91,26 +91,18 @@ func refuseCrossOrigin() gin.HandlerFunc {
 	}
 }
 
-// limitBody reads the whole request body, at most limit bytes, answering a
-// larger one with a JSON 413 before anything parses it.
-func limitBody(limit int64) gin.HandlerFunc {
+// refuseBatch answers a JSON-RPC batch with a JSON-RPC error before the
+// SDK sees it: the current MCP specification has no batching, and one HTTP
+// request must be one call so the per-address limit counts calls.
+func refuseBatch() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if c.Request.ContentLength > limit {
-			fail(c, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", limit))
+		b, _ := io.ReadAll(c.Request.Body) // buffered by bufferBody
+		setBody(c, b)
+		if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+			c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"jsonrpc": "2.0", "id": nil,
+				"error": gin.H{"code": jsonrpc.CodeInvalidRequest, "message": "JSON-RPC batches are not supported: send one request per HTTP request"}})
 			return
 		}
-		b, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
-		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				fail(c, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", limit))
-				return
-			}
-			fail(c, http.StatusBadRequest, "request body could not be read")
-			return
-		}
-		c.Request.Body = io.NopCloser(bytes.NewReader(b))
-		c.Request.ContentLength = int64(len(b))
 		c.Next()
 	}
 }

@@ -59,10 +59,13 @@ func startNode(t *testing.T, id string, bootstrap bool, logs io.Writer, cfg serv
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Trace, Output: logs})
 	c := cluster.Config{
-		NodeID:             id,
-		DataDir:            t.TempDir(),
-		RaftBind:           "127.0.0.1:0",
-		HTTPAdvertise:      ln.Addr().String(),
+		NodeID:        id,
+		DataDir:       t.TempDir(),
+		RaftBind:      "127.0.0.1:0",
+		HTTPAdvertise: ln.Addr().String(),
+		// The key is what proves a forwarding node to the leader, so the
+		// client's address travels with a forwarded call.
+		ClusterKey:         "mcp-test-cluster-key",
 		Logger:             logger,
 		HeartbeatTimeout:   300 * time.Millisecond,
 		ElectionTimeout:    300 * time.Millisecond,

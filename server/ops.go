@@ -19,11 +19,12 @@ func (s *Server) routeOps() {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET(cluster.StatusPath, s.clusterStatus)
-	e.POST(cluster.JoinPath, s.requirePeer(), s.onLeader(false), s.clusterJoin)
-	e.POST(cluster.RemovePath, s.requirePeer(), s.onLeader(false), s.clusterRemove)
-	e.GET("/cluster/settings", s.onLeader(true), s.getSettings)
-	e.PUT("/cluster/settings", s.requirePeer(), s.onLeader(false), s.putSettings)
-	dbg := e.Group("/debug/pprof", s.requirePeer())
+	guard, op, body := s.guardBrowsers(), s.requireOperator(), s.bufferBody(opsBodyLimit)
+	e.POST(cluster.JoinPath, guard, op, body, s.bindJoiner(), s.onLeader(false), s.clusterJoin)
+	e.POST(cluster.RemovePath, guard, op, body, s.onLeader(false), s.clusterRemove)
+	e.GET("/cluster/settings", guard, s.onLeader(true), s.getSettings)
+	e.PUT("/cluster/settings", guard, op, body, s.onLeader(false), s.putSettings)
+	dbg := e.Group("/debug/pprof", guard, op)
 	dbg.GET("/", gin.WrapF(pprof.Index))
 	dbg.GET("/cmdline", gin.WrapF(pprof.Cmdline))
 	dbg.GET("/profile", gin.WrapF(pprof.Profile))
@@ -50,6 +51,33 @@ func (s *Server) clusterStatus(c *gin.Context) {
 		st.StateHash = s.node.FSM().StateHash().String()
 	}
 	c.JSON(http.StatusOK, st)
+}
+
+// bindJoiner binds a join to the joining node's certificate on a node with
+// peer TLS: the caller must present a node certificate naming the node_id
+// it asks to add or update, unless a proven peer forwarded the request
+// (that peer checked it where it arrived). So a node's valid certificate
+// cannot add another node, or move another member's addresses.
+func (s *Server) bindJoiner() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if s.node.Peer() == nil || s.forwardedByPeer(c) {
+			c.Next()
+			return
+		}
+		id, ok := s.certPeer(c.Request)
+		if !ok {
+			fail(c, http.StatusForbidden, "joining needs a node certificate issued by the peer CA (holdfast tls cert create --node-id)")
+			return
+		}
+		var req cluster.JoinRequest
+		b, err := readJSONBody(c, opsBodyLimit, false)
+		setBody(c, b)
+		if err == nil && decodeStrict(b, &req) == nil && req.NodeID != id {
+			fail(c, http.StatusForbidden, fmt.Sprintf("the client certificate names node %q, which may not join or update node %q", id, req.NodeID))
+			return
+		}
+		c.Next()
+	}
 }
 
 func (s *Server) clusterJoin(c *gin.Context) {

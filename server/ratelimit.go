@@ -67,7 +67,7 @@ func (l *rateLimiter) allow(ip string, now time.Time) (bool, int) {
 // forwarded by an authenticated peer were counted where they entered.
 func (s *Server) limit() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if s.limiter.rate <= 0 || (c.GetHeader(forwardedHeader) != "" && s.peerAuthenticated(c)) {
+		if s.limiter.rate <= 0 || s.forwardedByPeer(c) {
 			c.Next()
 			return
 		}

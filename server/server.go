@@ -27,6 +27,13 @@ type Config struct {
 	RateLimit float64
 	// RateBurst is how many API requests a client address may make at once.
 	RateBurst int
+	// BodyTimeout bounds how long a request body may take to arrive once its
+	// headers have (default 10 s).
+	BodyTimeout time.Duration
+	// ListenAddr is the address the HTTP listener is bound to; with the
+	// node's advertised address it is the node's own Host for the
+	// operator endpoints' DNS-rebinding guard.
+	ListenAddr string
 }
 
 // Server serves holdfast's HTTP endpoints for one node.
@@ -51,16 +58,16 @@ func New(cfg Config) *Server {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Second
 	}
-	s := &Server{
-		cfg:  cfg,
-		node: cfg.Node,
-		log:  cfg.Logger.Named("http"),
-		proxy: &http.Transport{
-			MaxIdleConnsPerHost:   64,
-			IdleConnTimeout:       90 * time.Second,
-			ResponseHeaderTimeout: cfg.RequestTimeout + 5*time.Second,
-		},
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 10 * time.Second
 	}
+	s := &Server{
+		cfg:   cfg,
+		node:  cfg.Node,
+		log:   cfg.Logger.Named("http"),
+		proxy: cluster.PeerTransport(cfg.Node.Peer()),
+	}
+	s.proxy.ResponseHeaderTimeout = cfg.RequestTimeout + 5*time.Second
 	s.metrics = newMetrics(cfg.Node)
 	s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
 	s.engine = gin.New()
@@ -89,6 +96,7 @@ func (s *Server) Close() { s.proxy.CloseIdleConnections() }
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s.engine,
+		ConnContext:       connContext,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -127,6 +135,6 @@ func (s *Server) logRequests() gin.HandlerFunc {
 		start := time.Now()
 		c.Next()
 		s.log.Debug("request", "method", c.Request.Method, "route", routeOf(c), "status", c.Writer.Status(),
-			"duration_ms", time.Since(start).Milliseconds(), "forwarded", c.GetHeader(forwardedHeader) != "")
+			"duration_ms", time.Since(start).Milliseconds(), "forwarded", s.forwardedByPeer(c))
 	}
 }

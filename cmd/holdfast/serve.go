@@ -51,6 +51,7 @@ type serveConfig struct {
 	testClockOffset   time.Duration
 	testRaftPeers     string
 	testHTTPPeers     string
+	tls               tlsFlags
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -79,6 +80,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
 	fs.DurationVar(&c.maxClockSkew, "max-clock-skew", time.Second, "a node whose clock is further than this from the cluster's median does not lead")
 	fs.DurationVar(&c.testClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's wall clock by this much (fault tests of the clock guard)")
+	c.tls.register(fs)
 	fs.StringVar(&c.testRaftPeers, "test-raft-peer-addrs", "", "TEST ONLY: id=addr,... Raft addresses this node dials for other members (fault proxies)")
 	fs.StringVar(&c.testHTTPPeers, "test-http-peer-addrs", "", "TEST ONLY: id=addr,... HTTP addresses this node dials for other members (fault proxies)")
 	if err := fs.Parse(args); err != nil {
@@ -113,9 +115,10 @@ func applyEnv(fs *flag.FlagSet) error {
 	return err
 }
 
-// nodeID returns the configured id, or the one kept in the data dir,
-// generating and storing it on first start.
-func (c *serveConfig) resolveNodeID() (string, error) {
+// resolveNodeID returns the configured id, or the one kept in the data
+// dir, or else the one the node certificate names (certID, "" without peer
+// TLS), or else a generated one; a new id is stored in the data dir.
+func (c *serveConfig) resolveNodeID(certID string) (string, error) {
 	path := filepath.Join(c.dataDir, "node-id")
 	if c.nodeID != "" {
 		return c.nodeID, nil
@@ -127,11 +130,14 @@ func (c *serveConfig) resolveNodeID() (string, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("read node id: %w", err)
 	}
-	var r [6]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return "", fmt.Errorf("generate node id: %w", err)
+	id := certID
+	if id == "" {
+		var r [6]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", fmt.Errorf("generate node id: %w", err)
+		}
+		id = "node-" + hex.EncodeToString(r[:])
 	}
-	id := "node-" + hex.EncodeToString(r[:])
 	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 		return "", fmt.Errorf("create data dir: %w", err)
 	}
@@ -198,7 +204,15 @@ func serve(args []string, stderr io.Writer) int {
 }
 
 func runNode(c *serveConfig, log hclog.Logger) error {
-	id, err := c.resolveNodeID()
+	tlsSet, err := c.tls.load(log.Named("tls"))
+	if err != nil {
+		return err
+	}
+	certID := ""
+	if tlsSet.peer != nil {
+		certID = tlsSet.peer.NodeID()
+	}
+	id, err := c.resolveNodeID(certID)
 	if err != nil {
 		return err
 	}
@@ -227,6 +241,7 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		Join:              splitList(c.join),
 		BootstrapExpect:   c.bootstrapExpect,
 		ClusterKey:        c.clusterKey,
+		Peer:              tlsSet.peer,
 		Logger:            log,
 		HeartbeatTimeout:  c.heartbeatTimeout,
 		ElectionTimeout:   c.electionTimeout,
@@ -244,24 +259,44 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		return fmt.Errorf("open node: %w", err)
 	}
 	gin.SetMode(gin.ReleaseMode)
-	srv := server.New(server.Config{Node: node, Logger: log, RateLimit: c.rateLimit, RateBurst: c.rateBurst})
+	srv := server.New(server.Config{Node: node, Logger: log, RateLimit: c.rateLimit, RateBurst: c.rateBurst, ListenAddr: ln.Addr().String()})
 	hs := srv.HTTPServer()
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	tlsSet.watch(watchCtx)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	if tlsSet.api != nil {
+		hs.TLSConfig = tlsSet.api.Config()
+		go func() { serveErr <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { serveErr <- hs.Serve(ln) }()
+	}
 	if c.testClockOffset != 0 {
 		log.Warn("test clock offset in effect: this node's clock is shifted", "offset", c.testClockOffset.String())
 	}
-	log.Info("serving", "node_id", id, "http_addr", httpAdvertise, "raft_addr", node.RaftAddr(), "data_dir", c.dataDir)
+	log.Info("serving", "node_id", id, "http_addr", httpAdvertise, "raft_addr", node.RaftAddr(), "data_dir", c.dataDir,
+		"http_tls", tlsSet.api != nil, "peer_tls", tlsSet.peer != nil)
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 	var runErr error
-	select {
-	case sig := <-sigs:
-		log.Info("shutting down; a second signal exits at once", "signal", sig.String())
-	case err := <-serveErr:
-		runErr = fmt.Errorf("http server: %w", err)
+wait:
+	for {
+		select {
+		case <-hups:
+			log.Info("SIGHUP: re-reading the TLS files")
+			tlsSet.reload()
+		case sig := <-sigs:
+			log.Info("shutting down; a second signal exits at once", "signal", sig.String())
+			break wait
+		case err := <-serveErr:
+			runErr = fmt.Errorf("http server: %w", err)
+			break wait
+		}
 	}
 	go func() {
 		<-sigs

@@ -57,11 +57,11 @@ func TestPeerAddrOverrides(t *testing.T) {
 func TestNodeIDIsGeneratedOnceAndKept(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	c := &serveConfig{dataDir: dir}
-	first, err := c.resolveNodeID()
+	first, err := c.resolveNodeID("")
 	if err != nil || !strings.HasPrefix(first, "node-") || len(first) != len("node-")+12 {
 		t.Fatalf("generated id %q, %v", first, err)
 	}
-	again, err := c.resolveNodeID()
+	again, err := c.resolveNodeID("")
 	if err != nil || again != first {
 		t.Fatalf("second start got %q, want the kept %q", again, first)
 	}
@@ -70,7 +70,7 @@ func TestNodeIDIsGeneratedOnceAndKept(t *testing.T) {
 		t.Fatalf("node-id file %q, %v", b, err)
 	}
 	c.nodeID = "explicit"
-	if id, _ := c.resolveNodeID(); id != "explicit" {
+	if id, _ := c.resolveNodeID(""); id != "explicit" {
 		t.Fatalf("an explicit id must win, got %q", id)
 	}
 }

@@ -51,6 +51,11 @@ type Options struct {
 	// LogTailLines is how many lines of each node's log are printed when the
 	// test fails (default 60).
 	LogTailLines int
+	// TLS gives every node a node certificate from a CA made for the
+	// cluster (with the binary's `holdfast tls` commands), used for the
+	// links between nodes and the HTTP listener; the cluster's client
+	// speaks HTTPS trusting that CA.
+	TLS bool
 }
 
 func (o *Options) setDefaults() {
@@ -85,6 +90,8 @@ type Cluster struct {
 	opts   Options
 	dir    string
 	client *http.Client
+	scheme string
+	pki    *PKI // nil without Options.TLS
 
 	mu    sync.Mutex
 	nodes []*Node
@@ -98,7 +105,18 @@ func (e *Env) NewCluster(t testing.TB, n int, opts Options) *Cluster {
 	if dir == "" {
 		dir = t.TempDir() // registered before the kill cleanup, so removed after it
 	}
-	c := &Cluster{t: t, env: e, opts: opts, dir: dir, client: newHTTPClient(opts.RequestTimeout)}
+	c := &Cluster{t: t, env: e, opts: opts, dir: dir, client: newHTTPClient(opts.RequestTimeout), scheme: "http"}
+	if opts.TLS {
+		p, err := e.NewPKI(filepath.Join(dir, "tls"))
+		if err != nil {
+			t.Fatalf("make the cluster's CA: %v", err)
+		}
+		cfg, err := ClientTLS(p.CAFile(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.pki, c.scheme, c.client = p, "https", NewTLSClient(cfg, opts.RequestTimeout)
+	}
 	t.Cleanup(c.cleanup)
 	for i := 0; i < n; i++ {
 		c.AddNode()
@@ -135,9 +153,25 @@ func (c *Cluster) AddNode() *Node {
 		LogPath:    filepath.Join(c.dir, "logs", id+".log"),
 		ClusterKey: c.opts.ClusterKey,
 	}
+	if c.pki != nil {
+		f, err := c.pki.Node(id)
+		if err != nil {
+			c.t.Fatalf("make the certificate of %s: %v", id, err)
+		}
+		n.TLS = f
+	}
 	c.nodes = append(c.nodes, n)
 	return n
 }
+
+// PKI is the cluster's certificate authority (nil without Options.TLS).
+func (c *Cluster) PKI() *PKI { return c.pki }
+
+// Scheme is "https" for a TLS cluster, else "http".
+func (c *Cluster) Scheme() string { return c.scheme }
+
+// Client is the HTTP client the harness talks to the nodes with.
+func (c *Cluster) Client() *http.Client { return c.client }
 
 // Nodes returns every node slot, started or not.
 func (c *Cluster) Nodes() []*Node {

@@ -202,7 +202,7 @@ func (n *Node) DoWith(ctx context.Context, client *http.Client, req Request) (*R
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	hr, err := http.NewRequestWithContext(ctx, req.Method, "http://"+n.HTTPAddr+req.Path, rd)
+	hr, err := http.NewRequestWithContext(ctx, req.Method, n.URL(req.Path), rd)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +226,9 @@ func (n *Node) DoWith(ctx context.Context, client *http.Client, req Request) (*R
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
 }
+
+// URL is the URL of path (with its query) on the node's HTTP address.
+func (n *Node) URL(path string) string { return n.c.scheme + "://" + n.HTTPAddr + path }
 
 // Get sends a GET.
 func (n *Node) Get(path string) (*Response, error) {

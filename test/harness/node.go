@@ -45,6 +45,9 @@ type Node struct {
 	Args []string
 	// Env holds extra environment variables (KEY=value) for every start.
 	Env []string
+	// TLS is the node certificate of a TLS cluster (zero otherwise); it is
+	// passed with the peer flags, before Args.
+	TLS TLSFiles
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -129,6 +132,9 @@ func (n *Node) args(extra []string) []string {
 	}
 	if n.RaftAdvertise != "" {
 		a = append(a, "--raft-advertise", n.RaftAdvertise)
+	}
+	if n.TLS.Cert != "" {
+		a = append(a, PeerArgs(n.TLS)...)
 	}
 	a = append(a, o.Args...)
 	a = append(a, n.Args...)

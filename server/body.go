@@ -1,0 +1,71 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// bufferBody reads the whole request body, at most limit bytes and within
+// the body timeout, before anything else looks at it, on every node alike.
+// So a follower answers a body that is too large, shorter than its
+// Content-Length or stalled exactly as the leader would — a JSON 413, 400 or
+// 408 — and forwards only complete bodies: once the leader has the whole
+// request, a lost answer really is an unknown outcome.
+func (s *Server) bufferBody(limit int64) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		r := c.Request
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			c.Next()
+			return
+		}
+		if r.ContentLength > limit {
+			tooLargeBody(limit).write(c)
+			return
+		}
+		rc := http.NewResponseController(c.Writer)
+		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+		b, err := io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, limit))
+		// The connection's deadline must not outlive the body: net/http
+		// would cancel the request once it passed.
+		_ = rc.SetReadDeadline(time.Time{})
+		if err != nil {
+			s.bodyReadFailure(err, limit).write(c)
+			return
+		}
+		setBody(c, b)
+		c.Next()
+	}
+}
+
+// setBody makes b the request's body again, for a later reader.
+func setBody(c *gin.Context, b []byte) {
+	c.Request.Body = io.NopCloser(bytes.NewReader(b))
+	c.Request.ContentLength = int64(len(b))
+}
+
+func tooLargeBody(limit int64) reply {
+	return errReply(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", limit), gin.H{"field": "body"})
+}
+
+// bodyReadFailure is the answer to a body that could not be read whole.
+func (s *Server) bodyReadFailure(err error, limit int64) reply {
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &mbe):
+		return tooLargeBody(limit)
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return errReply(http.StatusRequestTimeout, fmt.Sprintf("request body not received within %s; nothing was changed", s.cfg.BodyTimeout), gin.H{"field": "body"})
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errReply(http.StatusBadRequest, "request body is shorter than its Content-Length; nothing was changed", gin.H{"field": "body"})
+	}
+	return errReply(http.StatusBadRequest, "request body could not be read; nothing was changed", gin.H{"field": "body"})
+}
