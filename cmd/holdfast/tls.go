@@ -28,7 +28,8 @@ cert create  issue a certificate signed by the CA (by default the one in DIR):
              --client NAME writes DIR/NAME.pem and DIR/NAME-key.pem, a client
              certificate for API listeners started with --tls-client-auth require
 
-No file is ever overwritten; private keys are written with mode 0600.
+A certificate never outlives the CA that signs it. No file is ever
+overwritten; private keys are written with mode 0600.
 Run "holdfast tls ca create -h" or "holdfast tls cert create -h" for the flags.
 `
 
@@ -61,6 +62,8 @@ type tlsFlags struct {
 	days int
 }
 
+// newTLSFlags returns the flag set of "holdfast tls COMMAND", with --dir and
+// --days (defaulting to defaultDays) defined.
 func newTLSFlags(command, synopsis string, defaultDays int, stderr io.Writer) *tlsFlags {
 	f := &tlsFlags{FlagSet: flag.NewFlagSet("holdfast tls "+command, flag.ContinueOnError)}
 	f.SetOutput(stderr)
@@ -130,6 +133,7 @@ func (f *tlsFlags) writePair(stdout io.Writer, kp *pki.KeyPair, base, what strin
 	return nil
 }
 
+// tlsCACreate runs "holdfast tls ca create".
 func tlsCACreate(args []string, stdout, stderr io.Writer) int {
 	f := newTLSFlags("ca create", `[--dir DIR] [--days 1825] [--name "holdfast CA"]`, pki.DefaultCADays, stderr)
 	name := f.String("name", pki.DefaultCAName, "the CA's common name")
@@ -149,6 +153,7 @@ func tlsCACreate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// tlsCertCreate runs "holdfast tls cert create".
 func tlsCertCreate(args []string, stdout, stderr io.Writer) int {
 	f := newTLSFlags("cert create", "(--node-id ID [--hosts HOSTS] | --client NAME) [--dir DIR] [--ca FILE] [--ca-key FILE] [--days 365]", pki.DefaultCertDays, stderr)
 	nodeID := f.String("node-id", "", "issue a node certificate for this node id, written to DIR/ID.pem and DIR/ID-key.pem")
