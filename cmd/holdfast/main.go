@@ -5,6 +5,8 @@
 //	holdfast serve [flags]            run a node (with no flags: a single-node cluster in ./holdfast-data)
 //	holdfast example-worker [flags]   run the bounded example worker against a node
 //	holdfast bench [flags]            closed-loop load against a cluster
+//	holdfast tls ca create [flags]    make a cluster CA
+//	holdfast tls cert create [flags]  issue a node or client certificate signed by the CA
 //	holdfast help                     show this help
 //
 // Every serve flag has a HOLDFAST_* environment equivalent (--data-dir is
@@ -34,6 +36,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exampleWorker(args[1:], stdout, stderr)
 	case "bench":
 		return bench(args[1:], stdout, stderr)
+	case "tls":
+		return tlsCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -50,6 +54,7 @@ Commands:
   serve           run a node; with no flags, a single-node cluster with its data in ./holdfast-data
   example-worker  create a queue, enqueue a sample job, claim, handle, ack and read it back
   bench           closed-loop load: lease or queue cycles per second and latency percentiles
+  tls             make a cluster CA and issue node and client certificates ("holdfast tls -h")
   help            show this help
 
 Run "holdfast serve -h" for the node's flags.

@@ -141,7 +141,8 @@ func (ca *CA) issue(tmpl *x509.Certificate, days int) (*KeyPair, error) {
 }
 
 // check reports whether ca can issue certificates: its certificate is a CA
-// allowed to sign certificates, and its key is the certificate's.
+// certificate whose key usage, if it has one, includes signing
+// certificates, and its key is the certificate's.
 func (ca *CA) check() error {
 	if ca == nil || ca.Cert == nil || ca.Key == nil {
 		return errors.New("CA has no certificate or no key")
@@ -149,8 +150,10 @@ func (ca *CA) check() error {
 	if !ca.Cert.BasicConstraintsValid || !ca.Cert.IsCA {
 		return errors.New("certificate is not a CA certificate")
 	}
-	if ca.Cert.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return errors.New("CA certificate lacks the certificate-signing key usage")
+	// Without a key usage extension a CA key may be used for anything
+	// (RFC 5280, section 4.2.1.3); with one, it must allow signing certificates.
+	if ca.Cert.KeyUsage != 0 && ca.Cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return errors.New("CA certificate's key usage does not allow signing certificates")
 	}
 	pub, ok := ca.Cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
 	if !ok || !pub.Equal(ca.Key.Public()) {

@@ -240,6 +240,22 @@ func TestLifetimesAndNames(t *testing.T) {
 	if _, err := (&CA{*leaf}).IssueClient("d", 0); err == nil || !strings.Contains(err.Error(), "not a CA") {
 		t.Errorf("a leaf acting as a CA: %v", err)
 	}
+
+	// A CA certificate may omit key usage (as "openssl req -x509" does by
+	// default); one that has it must allow certificate signing.
+	for _, tc := range []struct {
+		usage x509.KeyUsage
+		ok    bool
+	}{{0, true}, {x509.KeyUsageCertSign, true}, {x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature, false}} {
+		kp, err := create(&x509.Certificate{Subject: pkix.Name{CommonName: "byo"}, IsCA: true, BasicConstraintsValid: true, KeyUsage: tc.usage}, 30, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = (&CA{*kp}).IssueClient("c", 0)
+		if tc.ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "key usage") {
+			t.Errorf("CA with key usage %b: %v", tc.usage, err)
+		}
+	}
 }
 
 func TestNodeIDRule(t *testing.T) {
