@@ -33,13 +33,17 @@ func (s *Server) bufferBody(limit int64) gin.HandlerFunc {
 		rc := http.NewResponseController(c.Writer)
 		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 		b, err := io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, limit))
-		// The connection's deadline must not outlive the body: net/http
-		// would cancel the request once it passed.
-		_ = rc.SetReadDeadline(time.Time{})
 		if err != nil {
+			// The connection is closed after the answer: what is left of
+			// the body is never read (the deadline stays, so net/http's
+			// own attempt to drain it ends at once).
+			c.Header("Connection", "close")
 			s.bodyReadFailure(err, limit).write(c)
 			return
 		}
+		// The deadline must not outlive the body: net/http would cancel the
+		// request once it passed.
+		_ = rc.SetReadDeadline(time.Time{})
 		setBody(c, b)
 		c.Next()
 	}

@@ -51,7 +51,7 @@ type serveConfig struct {
 	testClockOffset   time.Duration
 	testRaftPeers     string
 	testHTTPPeers     string
-	tls               tlsFlags
+	tls               serveTLSFlags
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {

@@ -12,13 +12,13 @@ import (
 	"github.com/holdfast/holdfast/internal/tlsconf"
 )
 
-// tlsFlags are serve's TLS settings.
-type tlsFlags struct {
+// serveTLSFlags are serve's TLS settings.
+type serveTLSFlags struct {
 	certFile, keyFile, clientCAFile, clientAuth string
 	peerCertFile, peerKeyFile, peerCAFile       string
 }
 
-func (f *tlsFlags) register(fs *flag.FlagSet) {
+func (f *serveTLSFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.certFile, "tls-cert-file", "", "PEM certificate of the HTTP listener (REST, MCP, operations); with --tls-key-file it turns TLS on")
 	fs.StringVar(&f.keyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.StringVar(&f.clientCAFile, "tls-client-ca-file", "", "PEM CA bundle the HTTP listener verifies client certificates against")
@@ -40,7 +40,7 @@ type tlsSetup struct {
 const certReloadInterval = time.Second
 
 // load checks the flags' combinations and loads every file once.
-func (f *tlsFlags) load(log hclog.Logger) (*tlsSetup, error) {
+func (f *serveTLSFlags) load(log hclog.Logger) (*tlsSetup, error) {
 	peerGiven := f.peerCertFile != "" || f.peerKeyFile != "" || f.peerCAFile != ""
 	apiGiven := f.certFile != "" || f.keyFile != ""
 	switch {

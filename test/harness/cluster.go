@@ -56,6 +56,10 @@ type Options struct {
 	// links between nodes and the HTTP listener; the cluster's client
 	// speaks HTTPS trusting that CA.
 	TLS bool
+	// TLSClientAuth (with TLS) starts every node with --tls-client-auth
+	// require against the cluster's CA, and the harness's client presents a
+	// client certificate of that CA.
+	TLSClientAuth bool
 }
 
 func (o *Options) setDefaults() {
@@ -111,7 +115,15 @@ func (e *Env) NewCluster(t testing.TB, n int, opts Options) *Cluster {
 		if err != nil {
 			t.Fatalf("make the cluster's CA: %v", err)
 		}
-		cfg, err := ClientTLS(p.CAFile(), nil)
+		var mine *TLSFiles
+		if opts.TLSClientAuth {
+			f, err := p.Client("harness")
+			if err != nil {
+				t.Fatalf("make the harness's client certificate: %v", err)
+			}
+			mine = &f
+		}
+		cfg, err := ClientTLS(p.CAFile(), mine)
 		if err != nil {
 			t.Fatal(err)
 		}

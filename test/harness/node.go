@@ -135,6 +135,9 @@ func (n *Node) args(extra []string) []string {
 	}
 	if n.TLS.Cert != "" {
 		a = append(a, PeerArgs(n.TLS)...)
+		if o.TLSClientAuth {
+			a = append(a, "--tls-client-ca-file", n.TLS.CA, "--tls-client-auth", "require")
+		}
 	}
 	a = append(a, o.Args...)
 	a = append(a, n.Args...)
@@ -373,3 +376,6 @@ func (n *Node) LogTail(lines int) string {
 	}
 	return string(bytes.Join(parts, []byte("\n")))
 }
+
+// Cluster is the cluster the node slot belongs to.
+func (n *Node) Cluster() *Cluster { return n.c }

@@ -48,20 +48,27 @@ func (p *PKI) Dir() string { return p.dir }
 // Node makes (or returns, if already made) the node certificate of id,
 // valid for 127.0.0.1 and localhost.
 func (p *PKI) Node(id string) (TLSFiles, error) {
-	return p.cert("--node-id", id)
+	return p.cert(p.dir, "--node-id", id)
+}
+
+// NodeIn makes another node certificate of id, from the same CA, in dir
+// (which must not hold one yet): a rotation's new pair.
+func (p *PKI) NodeIn(dir, id string) (TLSFiles, error) {
+	return p.cert(dir, "--node-id", id)
 }
 
 // Client makes (or returns) a client certificate named name.
 func (p *PKI) Client(name string) (TLSFiles, error) {
-	return p.cert("--client", name)
+	return p.cert(p.dir, "--client", name)
 }
 
-func (p *PKI) cert(kind, name string) (TLSFiles, error) {
-	f := TLSFiles{CA: p.CAFile(), Cert: filepath.Join(p.dir, name+".pem"), Key: filepath.Join(p.dir, name+"-key.pem")}
+func (p *PKI) cert(dir, kind, name string) (TLSFiles, error) {
+	f := TLSFiles{CA: p.CAFile(), Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem")}
 	if _, err := os.Stat(f.Cert); err == nil {
 		return f, nil
 	}
-	args := []string{"tls", "cert", "create", kind, name, "--dir", p.dir}
+	args := []string{"tls", "cert", "create", kind, name, "--dir", dir,
+		"--ca", p.CAFile(), "--ca-key", filepath.Join(p.dir, "holdfast-ca-key.pem")}
 	if kind == "--node-id" {
 		args = append(args, "--hosts", "127.0.0.1,localhost")
 	}
