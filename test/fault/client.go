@@ -5,6 +5,7 @@ package fault
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ const apiPrefix = "/services/v1"
 type Client struct {
 	hc      *http.Client
 	timeout time.Duration
+	scheme  string
 }
 
 // NewClient returns a client whose requests time out after timeout.
@@ -38,7 +40,14 @@ func NewClient(timeout time.Duration) *Client {
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     20 * time.Second,
 	}
-	return &Client{hc: &http.Client{Transport: tr}, timeout: timeout}
+	return &Client{hc: &http.Client{Transport: tr}, timeout: timeout, scheme: "http"}
+}
+
+// UseTLS makes the client speak HTTPS with cfg; it must be called before
+// the first request.
+func (c *Client) UseTLS(cfg *tls.Config) {
+	c.hc.Transport.(*http.Transport).TLSClientConfig = cfg
+	c.scheme = "https"
 }
 
 // Close drops idle connections.
@@ -116,7 +125,7 @@ func (c *Client) Do(ctx context.Context, addr, method, path string, body any, be
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+addr+path, rd)
 	if err != nil {
 		return Answer{Err: fmt.Errorf("build request: %w", err)}
 	}

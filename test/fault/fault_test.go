@@ -41,6 +41,13 @@ func plantedBugs() []Scenario {
 	}
 }
 
+// withTLS runs sc with TLS on every link.
+func withTLS(sc Scenario) Scenario {
+	sc.Name += "-tls"
+	sc.TLS = true
+	return sc
+}
+
 func withArgs(sc Scenario, args ...string) Scenario {
 	sc.Args = append(sc.Args, args...)
 	return sc
@@ -66,7 +73,7 @@ func matrix() []Scenario {
 			}
 		}
 	}
-	out = append(out, teeth(3, 25*time.Second))
+	out = append(out, teeth(3, 25*time.Second), withTLS(scenario(WorkloadFenced, NemesisMix, 3, d)))
 	for _, n := range []string{NemesisPartition, NemesisKill, NemesisPause, NemesisMembership, NemesisMix, NemesisClock, NemesisClockCrash} {
 		add(WorkloadLease, n)
 		if n != NemesisMembership && n != NemesisClock && n != NemesisClockCrash {
@@ -85,6 +92,7 @@ func smoke() []Scenario {
 		scenario(WorkloadLease, NemesisKill, 3, 20*time.Second),
 		scenario(WorkloadQueue, NemesisPartition, 3, 20*time.Second),
 		scenario(WorkloadFenced, NemesisPause, 3, 15*time.Second),
+		withTLS(scenario(WorkloadLease, NemesisPartition, 3, 20*time.Second)),
 	}
 }
 

@@ -67,6 +67,10 @@ type Scenario struct {
 	Expect string
 	// Args are extra node flags; they come after the suite's and win.
 	Args []string
+	// TLS gives the nodes certificates of a CA made for the run: every
+	// link between nodes is mutual TLS (the fault proxies pass it through
+	// unchanged) and the clients speak HTTPS.
+	TLS bool
 }
 
 // estimate is the time the scenario is expected to take, for the budget.
@@ -358,7 +362,16 @@ func (r *run) form(env *harness.Env) {
 		Args:             append(commonArgs(), r.sc.Args...),
 		WaitTimeout:      90 * time.Second,
 		StopTimeout:      30 * time.Second,
+		TLS:              r.sc.TLS,
 	})
+	if r.sc.TLS {
+		cfg, err := harness.ClientTLS(r.c.PKI().CAFile(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.client.UseTLS(cfg)
+		r.ops.UseTLS(cfg.Clone())
+	}
 	r.slots = r.c.Nodes()
 	eps := make([]Endpoint, len(r.slots))
 	for i, n := range r.slots {
@@ -536,6 +549,7 @@ type Result struct {
 	Workload, Nemesis       string
 	Nodes                   int
 	Tag                     string
+	TLS                     bool
 	Ops, OK, Failed, Info   int
 	Lost, Unexpected        int
 	Lin                     string
@@ -599,6 +613,9 @@ func (res *Result) Row() string {
 	if res.Tag != "" {
 		wl += "+" + strings.TrimPrefix(res.Tag, "holdfast_bug_")
 	}
+	if res.TLS {
+		wl += " (TLS)"
+	}
 	return fmt.Sprintf("%-24s %-11s %5d  %-6d %-6d %-6d %-5d %-5d %-6d %-13s %-8d %-6s %-19s %-10v %s",
 		wl, res.Nemesis, res.Nodes, res.Ops, res.OK, res.Failed, res.Info, res.Lost, res.Unexpected, res.Lin, res.Fencing, avail, rec, res.Converged, res.Outcome)
 }
@@ -619,7 +636,7 @@ func answered(o Op) bool {
 
 // baseResult counts operations, availability and recovery.
 func (r *run) baseResult() *Result {
-	res := &Result{Scenario: r.sc.Name, Workload: r.sc.Workload, Nemesis: r.sc.Nemesis, Nodes: r.sc.Nodes, Tag: r.sc.Tag, Lin: VerdictNA}
+	res := &Result{Scenario: r.sc.Name, Workload: r.sc.Workload, Nemesis: r.sc.Nemesis, Nodes: r.sc.Nodes, Tag: r.sc.Tag, TLS: r.sc.TLS, Lin: VerdictNA}
 	ops := r.rec.Ops()
 	windows := r.rec.Windows()
 	res.Faults = len(windows)
