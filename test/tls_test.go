@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -72,6 +73,15 @@ func TestTLSCluster(t *testing.T) {
 		b, _ := json.Marshal(res.StructuredContent)
 		if err := json.Unmarshal(b, &out); err != nil || out.HTTPStatus != http.StatusCreated || out.QueueID == "" {
 			t.Fatalf("create_agent_queue via the follower: %s", b)
+		}
+	})
+
+	t.Run("the example worker over HTTPS", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, env.Binary, "example-worker", "--addr", follower.HTTPAddr, "--ca-file", ca, "--timeout", "45s").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "is completed; queue counts: completed=1 total=1") {
+			t.Fatalf("example-worker --ca-file: %v\n%s", err, out)
 		}
 	})
 

@@ -49,6 +49,7 @@ func bench(args []string, stdout, stderr io.Writer) int {
 	workload := fs.String("workload", "lease", "lease (acquire+release cycles) or queue (enqueue+claim+ack cycles)")
 	clients := fs.Int("clients", 64, "concurrent clients")
 	duration := fs.Duration("duration", 10*time.Second, "how long to run")
+	caFile := caFileFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -60,9 +61,14 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench: need at least one address, one client and a positive duration")
 		return 2
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: *clients * 2, MaxConnsPerHost: *clients * 2}
+	tr, scheme, err := clientTransport(*caFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost = *clients*2, *clients*2
 	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	res, err := runBench(context.Background(), list, hc, *workload, *clients, *duration)
+	res, err := runBench(context.Background(), list, scheme, hc, *workload, *clients, *duration)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
@@ -72,7 +78,7 @@ func bench(args []string, stdout, stderr io.Writer) int {
 }
 
 // runBench runs one workload with a fixed number of closed-loop clients.
-func runBench(ctx context.Context, addrs []string, hc *http.Client, workload string, clients int, d time.Duration) (benchResult, error) {
+func runBench(ctx context.Context, addrs []string, scheme string, hc *http.Client, workload string, clients int, d time.Duration) (benchResult, error) {
 	var cycle func(ctx context.Context, c *apiClient, w *benchWorker) error
 	switch workload {
 	case "lease":
@@ -91,7 +97,7 @@ func runBench(ctx context.Context, addrs []string, hc *http.Client, workload str
 	)
 	start := time.Now()
 	for i := 0; i < clients; i++ {
-		c := newAPIClient(addrs[i%len(addrs)], hc)
+		c := newAPIClient(addrs[i%len(addrs)], scheme, hc)
 		w := &benchWorker{id: i}
 		wg.Add(1)
 		go func() {

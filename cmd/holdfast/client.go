@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 )
 
@@ -16,12 +20,39 @@ type apiClient struct {
 	http *http.Client
 }
 
-func newAPIClient(addr string, hc *http.Client) *apiClient {
+// newAPIClient talks to addr (host:port, or a URL) through hc; an address
+// without a scheme uses scheme.
+func newAPIClient(addr, scheme string, hc *http.Client) *apiClient {
 	base := strings.TrimRight(addr, "/")
 	if !strings.Contains(base, "://") {
-		base = "http://" + base
+		base = scheme + "://" + base
 	}
 	return &apiClient{base: base + "/services/v1", http: hc}
+}
+
+// caFileFlag registers --ca-file, the CA bundle of nodes that serve HTTPS.
+func caFileFlag(fs *flag.FlagSet) *string {
+	return fs.String("ca-file", envOr("HOLDFAST_CA_FILE", ""), "PEM CA bundle that verifies the nodes' HTTPS listeners (HOLDFAST_CA_FILE); addresses without a scheme then use https")
+}
+
+// clientTransport returns a transport that trusts caFile (and the scheme
+// addresses without one take): plain HTTP without a CA file.
+func clientTransport(caFile string) (*http.Transport, string, error) {
+	tr := &http.Transport{}
+	if caFile == "" {
+		return tr, "http", nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, "", fmt.Errorf("read --ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, "", fmt.Errorf("--ca-file %s holds no PEM certificate", caFile)
+	}
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	tr.ForceAttemptHTTP2 = true
+	return tr, "https", nil
 }
 
 // apiError is a non-2xx answer.

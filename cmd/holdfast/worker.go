@@ -47,15 +47,21 @@ func exampleWorker(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", envOr("HOLDFAST_ADDR", "127.0.0.1:7070"), "HTTP address of any holdfast node (HOLDFAST_ADDR)")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	caFile := caFileFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
+	tr, scheme, err := clientTransport(*caFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "example-worker: %v\n", err)
+		return 2
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	c := newAPIClient(*addr, &http.Client{Timeout: 15 * time.Second})
+	c := newAPIClient(*addr, scheme, &http.Client{Timeout: 15 * time.Second, Transport: tr})
 	if err := runExample(ctx, c, stdout); err != nil {
 		fmt.Fprintf(stderr, "example-worker: %v\n", err)
 		return 1
