@@ -1073,6 +1073,11 @@ func TestServeRefusesInvalidConfiguration(t *testing.T) {
 		// may not exceed the heartbeat timeout.
 		{"heartbeat below leader lease", []string{"--raft-heartbeat-timeout", "300ms", "--raft-election-timeout", "300ms"}, 1, "heartbeat timeout"},
 		{"negative bootstrap-expect", []string{"--bootstrap-expect", "-1"}, 1, "bootstrap-expect"},
+		{"peer certificate alone", []string{"--peer-cert-file", "n1.pem"}, 1, "go together"},
+		{"API certificate without key", []string{"--tls-cert-file", "n1.pem"}, 1, "go together"},
+		{"client auth without TLS", []string{"--tls-client-auth", "require"}, 1, "need TLS on the HTTP listener"},
+		{"unknown client auth", []string{"--tls-cert-file", "a.pem", "--tls-key-file", "a-key.pem", "--tls-client-auth", "sometimes"}, 1, "--tls-client-auth"},
+		{"missing certificate files", []string{"--tls-cert-file", "none.pem", "--tls-key-file", "none-key.pem"}, 1, "load certificate"},
 	}
 	c := env.NewCluster(t, len(cases), harness.Options{})
 	for i, tc := range cases {
