@@ -66,11 +66,12 @@ func bodyTypes() []bodyType {
 	}
 }
 
-// object writes members as a JSON object.
+// object writes members as a JSON object, names as they are (bytes that
+// are not UTF-8 included).
 func object(ms ...member) string {
 	parts := make([]string, len(ms))
 	for i, m := range ms {
-		parts[i] = fmt.Sprintf("%q:%s", m.name, m.value)
+		parts[i] = `"` + m.name + `":` + m.value
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }
