@@ -66,9 +66,11 @@ const (
 // secrets, and the decoder's own messages quote them).
 type jsonProblem struct {
 	kind problemKind
-	// field is the top-level member at fault; "" means the text as a whole
-	// (or a member name that is not valid UTF-8, which cannot be named).
-	field string
+	// member is set when the fault lies in a top-level member, named by
+	// field (which may be ""); otherwise it lies in the text as a whole,
+	// or in a member name that is not valid UTF-8 and cannot be named.
+	member bool
+	field  string
 	// nested is set when the fault lies inside field's value, not in the
 	// member itself.
 	nested bool
@@ -101,7 +103,7 @@ func describeJSONError(b []byte, err error) jsonProblem {
 		switch {
 		case errors.Is(sem.Err, json.ErrUnknownName):
 			p.kind = problemUnknown
-		case p.field == "":
+		case !p.member:
 			p.kind = problemNotObject
 		default:
 			p.kind, p.want = problemType, jsonKind(sem.GoType)
@@ -124,7 +126,7 @@ func problemAt(ptr jsontext.Pointer, offset int64) jsonProblem {
 		}
 		depth++
 	}
-	p.nested = depth > 1
+	p.member, p.nested = depth > 0, depth > 1
 	return p
 }
 
@@ -148,30 +150,38 @@ func invalidTextAt(b []byte, offset int64) bool {
 	return err == nil && v >= 0xd800 && v <= 0xdfff
 }
 
-// bodyError is the 400 a REST or ops body gets for the problem.
+// bodyError is the 400 a REST or ops body gets for the problem. It names
+// the top-level member at fault, or "body" for a problem of the text as a
+// whole; a member whose name is empty is reported as "body" too, since an
+// answer names a field only when it has a name.
 func (p jsonProblem) bodyError() *bodyError {
-	bad := func(msg, field string) *bodyError { return &bodyError{http.StatusBadRequest, msg, field} }
-	switch p.kind {
-	case problemDuplicate:
-		if p.nested {
-			return bad(fmt.Sprintf("field %q holds an object with a duplicate member name", p.field), p.field)
+	bad := func(msg string) *bodyError { return &bodyError{http.StatusBadRequest, msg, "body"} }
+	inField := func(msg string) *bodyError {
+		e := bad(msg)
+		if p.field != "" {
+			e.field = p.field
 		}
-		return bad(fmt.Sprintf("duplicate field %q", p.field), p.field)
-	case problemInvalidText:
-		if p.field == "" {
-			return bad("member names must be valid UTF-8", "body")
-		}
-		return bad(fmt.Sprintf("field %q must be valid UTF-8", p.field), p.field)
-	case problemUnknown:
-		return bad(fmt.Sprintf("unknown field %q", p.field), p.field)
-	case problemType:
-		return bad(fmt.Sprintf("field %q must be %s", p.field, p.want), p.field)
-	case problemNotObject:
-		return bad("request body must be a JSON object", "body")
-	case problemTruncated:
-		return bad("malformed JSON: unexpected end of body", "body")
+		return e
 	}
-	return bad(fmt.Sprintf("malformed JSON at byte %d", p.offset), "body")
+	switch {
+	case p.kind == problemDuplicate && p.nested:
+		return inField(fmt.Sprintf("field %q holds an object with a duplicate member name", p.field))
+	case p.kind == problemDuplicate:
+		return inField(fmt.Sprintf("duplicate field %q", p.field))
+	case p.kind == problemInvalidText && !p.member:
+		return bad("member names must be valid UTF-8")
+	case p.kind == problemInvalidText:
+		return inField(fmt.Sprintf("field %q must be valid UTF-8", p.field))
+	case p.kind == problemUnknown:
+		return inField(fmt.Sprintf("unknown field %q", p.field))
+	case p.kind == problemType:
+		return inField(fmt.Sprintf("field %q must be %s", p.field, p.want))
+	case p.kind == problemNotObject:
+		return bad("request body must be a JSON object")
+	case p.kind == problemTruncated:
+		return bad("malformed JSON: unexpected end of body")
+	}
+	return bad(fmt.Sprintf("malformed JSON at byte %d", p.offset))
 }
 
 // argumentError is the message of the JSON-RPC invalid-params error an MCP
@@ -182,7 +192,7 @@ func (p jsonProblem) argumentError(tool string) error {
 		return fmt.Errorf("tool %s: argument %q holds an object with a duplicate member name", tool, p.field)
 	case p.kind == problemDuplicate:
 		return fmt.Errorf("tool %s: argument %q is given more than once", tool, p.field)
-	case p.kind == problemInvalidText && p.field == "":
+	case p.kind == problemInvalidText && !p.member:
 		return fmt.Errorf("tool %s: argument names must be valid UTF-8", tool)
 	case p.kind == problemInvalidText:
 		return fmt.Errorf("tool %s: argument %q must be valid UTF-8", tool, p.field)

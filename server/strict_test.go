@@ -21,8 +21,11 @@ type member struct{ name, value string }
 // bodyType is a request body type with a valid body for it.
 type bodyType struct {
 	name string
-	// decode strictly decodes into a fresh value of the type.
-	decode func([]byte) error
+	// newValue returns a pointer to a fresh value of the type.
+	newValue func() any
+	// limit and allowEmpty are what its handler reads the body with.
+	limit      int64
+	allowEmpty bool
 	// members make a valid body, in order.
 	members []member
 	// text names a member whose value is a string ("" when none is).
@@ -31,12 +34,10 @@ type bodyType struct {
 	anyJSON string
 }
 
-func decodeInto[T any]() func([]byte) error {
-	return func(b []byte) error {
-		var v T
-		return decodeStrict(b, &v)
-	}
-}
+func newOf[T any]() func() any { return func() any { return new(T) } }
+
+// decode strictly decodes b into a fresh value of the type.
+func (bt bodyType) decode(b []byte) error { return decodeStrict(b, bt.newValue()) }
 
 // bodyTypes lists every type a REST or ops body is decoded into.
 func bodyTypes() []bodyType {
@@ -44,24 +45,24 @@ func bodyTypes() []bodyType {
 	str := func(s string) string { return `"` + secretMark + s + `"` }
 	receipt := `"` + strings.Repeat("e", 64) + `"`
 	return []bodyType{
-		{name: "LeaseAcquireInput", decode: decodeInto[LeaseAcquireInput](), text: "key",
+		{name: "LeaseAcquireInput", newValue: newOf[LeaseAcquireInput](), limit: apiBodyLimit, text: "key",
 			members: []member{{"namespace", ns}, {"key", str("-invoice:1")}, {"ttl_seconds", "60"}, {"fingerprint", str("-fp")}}},
-		{name: "LeaseOwnerInput", decode: decodeInto[LeaseOwnerInput](), text: "key", anyJSON: "result",
+		{name: "LeaseOwnerInput", newValue: newOf[LeaseOwnerInput](), limit: apiBodyLimit, text: "key", anyJSON: "result",
 			members: []member{{"namespace", ns}, {"key", str("-invoice:1")}, {"owner_token", `"own_` + strings.Repeat("b", 43) + `"`},
 				{"ttl_seconds", "60"}, {"result", `{"receipt_id":4817,"note":` + str("-note") + `}`}}},
-		{name: "EnqueueInput", decode: decodeInto[EnqueueInput](), text: "job_key", anyJSON: "payload",
+		{name: "EnqueueInput", newValue: newOf[EnqueueInput](), limit: apiBodyLimit, text: "job_key", anyJSON: "payload",
 			members: []member{{"job_key", `"report-42"`}, {"payload", `{"report_id":42,"items":[{"a":` + str("-a") + `}]}`}}},
-		{name: "ClaimInput", decode: decodeInto[ClaimInput](),
+		{name: "ClaimInput", newValue: newOf[ClaimInput](), limit: apiBodyLimit, allowEmpty: true,
 			members: []member{{"visibility_timeout", "60"}}},
-		{name: "ReceiptInput", decode: decodeInto[ReceiptInput](), text: "receipt",
+		{name: "ReceiptInput", newValue: newOf[ReceiptInput](), limit: apiBodyLimit, text: "receipt",
 			members: []member{{"receipt", receipt}}},
-		{name: "RenewInput", decode: decodeInto[RenewInput](), text: "receipt",
+		{name: "RenewInput", newValue: newOf[RenewInput](), limit: apiBodyLimit, text: "receipt",
 			members: []member{{"receipt", receipt}, {"visibility_timeout", "120"}}},
-		{name: "fsm.SettingsPatch", decode: decodeInto[fsm.SettingsPatch](),
+		{name: "fsm.SettingsPatch", newValue: newOf[fsm.SettingsPatch](), limit: opsBodyLimit,
 			members: []member{{"queue_max_jobs", "50"}, {"lease_ttl_max_seconds", "100"}}},
-		{name: "cluster.JoinRequest", decode: decodeInto[cluster.JoinRequest](), text: "node_id",
+		{name: "cluster.JoinRequest", newValue: newOf[cluster.JoinRequest](), limit: opsBodyLimit, text: "node_id",
 			members: []member{{"node_id", str("-n4")}, {"raft_addr", `"127.0.0.1:7101"`}, {"http_addr", `"127.0.0.1:7100"`}, {"fresh", "true"}}},
-		{name: "cluster.RemoveRequest", decode: decodeInto[cluster.RemoveRequest](), text: "node_id",
+		{name: "cluster.RemoveRequest", newValue: newOf[cluster.RemoveRequest](), limit: opsBodyLimit, text: "node_id",
 			members: []member{{"node_id", str("-n4")}}},
 	}
 }
@@ -156,6 +157,7 @@ func badBodies(bt bodyType) []badBody {
 	}
 	return append(out,
 		badBody{"member name not UTF-8", valid[:len(valid)-1] + ",\"" + secretMark + "\xff\":1}", "body", "UTF-8"},
+		badBody{"empty member name", valid[:len(valid)-1] + `,"":1}`, "body", `unknown field ""`},
 		badBody{"trailing object", valid + " {}", "body", "exactly one JSON object"},
 		badBody{"trailing garbage", valid + " " + secretMark, "body", "exactly one JSON object"},
 		badBody{"trailing copy", valid + valid, "body", "exactly one JSON object"},
