@@ -28,15 +28,23 @@ func decodeStrict(b []byte, dst any) error {
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return &bodyError{http.StatusBadRequest, "request body must be a JSON object", "body"}
 	}
-	// A bytes.Buffer is parsed in place, without a copy.
-	d := jsontext.NewDecoder(bytes.NewBuffer(b))
-	if err := json.UnmarshalDecode(d, dst, json.RejectUnknownMembers(true)); err != nil {
-		return describeJSONError(b, err).bodyError()
+	err := json.Unmarshal(b, dst, json.RejectUnknownMembers(true))
+	if err == nil {
+		return nil
 	}
-	if _, err := d.ReadToken(); err != io.EOF {
+	var syn *jsontext.SyntacticError
+	if errors.As(err, &syn) && oneValue(b) {
+		// The first value is sound: what follows it is at fault.
 		return &bodyError{http.StatusBadRequest, "request body must hold exactly one JSON object", "body"}
 	}
-	return nil
+	return describeJSONError(b, err).bodyError()
+}
+
+// oneValue reports whether b starts with one complete, valid JSON value.
+// Only refused bodies pay for this second look.
+func oneValue(b []byte) bool {
+	_, err := jsontext.NewDecoder(bytes.NewBuffer(b)).ReadValue()
+	return err == nil
 }
 
 // problemKind says what is wrong with a client's JSON text.
