@@ -337,20 +337,6 @@ func TestApplyBatchSkipsNonCommands(t *testing.T) {
 	}
 }
 
-func FuzzDecode(f *testing.F) {
-	f.Add(Encode(&JobEnqueue{Now: 1, Key: "k", Payload: []byte("1")}))
-	f.Add(Encode(&SetSettings{Now: 1, Patch: PatchOf(DefaultSettings())}))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := Decode(b)
-		if err != nil {
-			return
-		}
-		if !bytes.Equal(Encode(c), b) {
-			t.Fatalf("decoded %T re-encodes differently", c)
-		}
-	})
-}
-
 func TestSnapshotIsDeterministicAndVerified(t *testing.T) {
 	g := &gen{r: rand.New(rand.NewPCG(9, 9)), now: t0}
 	f := New()

@@ -237,6 +237,7 @@ func TestMCP(t *testing.T) {
 	t.Run("lease flow", func(t *testing.T) { secrets = append(secrets, testLeaseFlow(t, cs)...) })
 	t.Run("queue flow", func(t *testing.T) { secrets = append(secrets, testQueueFlow(t, cs)...) })
 	t.Run("protocol errors", func(t *testing.T) { testProtocolErrors(t, cs) })
+	t.Run("strict arguments", func(t *testing.T) { testStrictArguments(t, follower.url, nodes[0].url) })
 	t.Run("origin", func(t *testing.T) { testOrigin(t, follower.url) })
 	t.Run("body limit", func(t *testing.T) { testBodyLimit(t, follower.url) })
 	t.Run("client address reaches the leader", func(t *testing.T) { testClientAddress(t, follower.url) })
@@ -550,6 +551,56 @@ func testProtocolErrors(t *testing.T, cs *mcp.ClientSession) {
 				t.Fatalf("message %q, want it to contain %q and no argument value", werr.Message, c.want)
 			}
 		})
+	}
+}
+
+// testStrictArguments sends tool calls as raw JSON-RPC, since an SDK client
+// cannot send duplicate names or invalid UTF-8, and checks that the SDK
+// hands such arguments over unchanged and that each is refused with an
+// invalid-params error naming the argument and the rule, not the value.
+func testStrictArguments(t *testing.T, urls ...string) {
+	const secret = "S3CRET"
+	key := func(s string) string { return `"` + secret + s + strings.Repeat("Qz8", 12) + `"` }
+	ns := `"ns_` + strings.Repeat("A", 43) + `"`
+	q := `"queue_id":"` + strings.Repeat("a", 32) + `","write_token":"` + strings.Repeat("a", 64) + `","job_key":"k"`
+	owner := `"owner_token":"own_` + strings.Repeat("b", 43) + `"`
+	for _, c := range []struct {
+		name, tool, args, want string
+	}{
+		{"duplicate key", "acquire_lease", `{"key":` + key("a") + `,"key":` + key("b") + `}`, `argument "key" is given more than once`},
+		{"escaped duplicate key", "acquire_lease", `{"key":` + key("a") + `,"\u006bey":` + key("b") + `}`, `argument "key" is given more than once`},
+		{"upper-case KEY", "acquire_lease", `{"KEY":` + key("a") + `}`, `unknown argument "KEY"`},
+		{"case variant beside key", "acquire_lease", `{"key":` + key("a") + `,"Key":` + key("b") + `}`, `unknown argument "Key"`},
+		{"invalid UTF-8 in key", "acquire_lease", `{"namespace":` + ns + `,"key":"` + secret + "\xff" + `"}`, `argument "key" must be valid UTF-8`},
+		{"lone surrogate in fingerprint", "acquire_lease", `{"key":` + key("a") + `,"fingerprint":"` + secret + `\udc00"}`, `argument "fingerprint" must be valid UTF-8`},
+		{"invalid UTF-8 in a name", "acquire_lease", `{"key":` + key("a") + `,"` + secret + "\xff" + `":1}`, "argument names must be valid UTF-8"},
+		{"duplicate inside payload", "enqueue_agent_queue_job", `{` + q + `,"payload":{"` + secret + `":1,"` + secret + `":2}}`, `argument "payload" holds an object with a duplicate member name`},
+		{"invalid UTF-8 inside payload", "enqueue_agent_queue_job", `{` + q + `,"payload":["` + secret + "\x80" + `"]}`, `argument "payload" must be valid UTF-8`},
+		{"duplicate inside result", "complete_lease", `{"namespace":` + ns + `,"key":` + key("a") + `,` + owner + `,"result":{"a":{"` + secret + `":1,"` + secret + `":1}}}`, `argument "result" holds an object with a duplicate member name`},
+		{"duplicate on a tool without arguments", "create_lease_namespace", `{"x":1,"x":2}`, `argument "x" is given more than once`},
+	} {
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"` + c.tool + `","arguments":` + c.args + `}}`
+		for _, url := range urls {
+			code, out := post(t, url, strings.NewReader(body), nil)
+			var resp struct {
+				Result json.RawMessage `json:"result"`
+				Error  *struct {
+					Code    int64  `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(out), &resp); err != nil || code != http.StatusOK {
+				t.Fatalf("%s via %s: HTTP %d %q (%v)", c.name, url, code, out, err)
+			}
+			switch {
+			case resp.Error == nil:
+				t.Errorf("%s via %s: accepted, result %s", c.name, url, resp.Result)
+			case resp.Error.Code != jsonrpc.CodeInvalidParams || !strings.Contains(resp.Error.Message, c.want):
+				t.Errorf("%s via %s: error %d %q, want %d containing %q", c.name, url, resp.Error.Code, resp.Error.Message, jsonrpc.CodeInvalidParams, c.want)
+			case strings.Contains(resp.Error.Message, secret):
+				t.Errorf("%s via %s: message %q echoes a value", c.name, url, resp.Error.Message)
+			}
+		}
 	}
 }
 

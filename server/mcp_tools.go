@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -437,11 +438,17 @@ func (t *toolDef) mcpTool() *mcp.Tool {
 }
 
 // parseArgs validates raw arguments against the tool's schema. Its errors
-// name the argument and the rule, never the value.
+// name the argument and the rule, never the value. The SDK hands the
+// arguments over as the client sent them, so they are decoded here as
+// strictly as a REST body: a duplicate name at any depth or a string that
+// is not valid UTF-8 is refused, and names match exactly.
 func (t *toolDef) parseArgs(raw json.RawMessage) (toolArgs, error) {
 	args := toolArgs{}
 	if len(raw) > 0 && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &args); err != nil || args == nil {
+		if err := jsonv2.Unmarshal(raw, &args); err != nil {
+			return nil, describeJSONError(raw, err).argumentError(t.name)
+		}
+		if args == nil {
 			return nil, fmt.Errorf("tool %s: arguments must be a JSON object", t.name)
 		}
 	}

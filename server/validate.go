@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/holdfast/holdfast/fsm"
@@ -11,7 +12,9 @@ import (
 const maxIdentityLength = 512
 
 // checkText applies the rule for namespaced keys and fingerprints: 1 to 512
-// bytes of valid UTF-8 without control characters.
+// bytes of valid UTF-8 without control characters, which are every
+// character of Unicode's Cc category: C0 (U+0000–U+001F), DEL (U+007F) and
+// C1 (U+0080–U+009F).
 func checkText(field, v string) *reply {
 	if len(v) < 1 || len(v) > maxIdentityLength {
 		r := invalid(field, fmt.Sprintf("must be 1 to %d bytes", maxIdentityLength))
@@ -22,7 +25,7 @@ func checkText(field, v string) *reply {
 		return &r
 	}
 	for _, c := range v {
-		if c < 0x20 || c == 0x7f {
+		if unicode.IsControl(c) {
 			r := invalid(field, "must not contain control characters")
 			return &r
 		}

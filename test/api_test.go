@@ -36,6 +36,7 @@ var apiScenarios = []apiScenario{
 	{"lease/key-without-namespace", leaseKeyWithoutNamespace},
 	{"lease/concurrent-acquire", leaseConcurrentAcquire},
 	{"lease/bad-requests", leaseBadRequests},
+	{"lease/strict-decoding", decodeLease},
 	{"queue/spec-flow", queueSpecFlow},
 	{"queue/dedup-and-payload-size", queueDedup},
 	{"queue/job-key-rule", queueJobKeys},
@@ -46,6 +47,9 @@ var apiScenarios = []apiScenario{
 	{"queue/job-limit", queueJobLimit},
 	{"queue/concurrent-dedup", queueConcurrentDedup},
 	{"queue/bad-requests", queueBadRequests},
+	{"queue/strict-decoding", decodeQueue},
+	{"settings/strict-decoding", decodeSettings},
+	{"mcp/strict-arguments", decodeMCP},
 }
 
 // TestAPI runs every example of the spec and every error row of the
