@@ -155,7 +155,11 @@ func (s *Server) requireOperator() gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		if key := s.node.ClusterKey(); key != "" {
+		if s.node.ClusterKey() != "" {
+			if s.node.CheckKey(c.GetHeader(cluster.KeyHeader)) {
+				c.Next()
+				return
+			}
 			fail(c, http.StatusUnauthorized, "this endpoint requires the cluster key in the "+cluster.KeyHeader+" header")
 			return
 		}

@@ -391,3 +391,30 @@ func replace(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// TestTLSOperatorsWithClusterKey: on a TLS node that also has a cluster
+// key, operators call the operator endpoints with the key (no certificate
+// needed), and a node certificate proves a peer without it.
+func TestTLSOperatorsWithClusterKey(t *testing.T) {
+	t.Parallel()
+	key := randHex(t, 16)
+	c := env.NewCluster(t, 1, harness.Options{TLS: true, ClusterKey: key})
+	n := c.Node(0)
+	c.Start(n)
+	c.WaitLeader()
+	c.WaitAllReady()
+	patch := harness.Settings{"queue_max_jobs": 42}
+	if r, err := n.PutSettings(patch, ""); err != nil || r.Status != http.StatusUnauthorized {
+		t.Fatalf("without the key: %v %v, want 401", r, err)
+	}
+	put(t, n, patch, key)
+	peerCfg, err := harness.ClientTLS(c.PKI().CAFile(), &n.TLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := n.DoWith(context.Background(), harness.NewTLSClient(peerCfg, 10*time.Second),
+		harness.Request{Method: http.MethodPut, Path: "/cluster/settings", JSON: harness.Settings{"queue_max_jobs": 43}})
+	if err != nil || r.Status != http.StatusOK {
+		t.Fatalf("with a node certificate and no key: %v %v, want 200", r, err)
+	}
+}
