@@ -49,10 +49,21 @@ func (s *Server) bufferBody(limit int64) gin.HandlerFunc {
 	}
 }
 
+// bodyKey is the gin context key of the buffered body.
+const bodyKey = "holdfast.body"
+
 // setBody makes b the request's body again, for a later reader.
 func setBody(c *gin.Context, b []byte) {
 	c.Request.Body = io.NopCloser(bytes.NewReader(b))
 	c.Request.ContentLength = int64(len(b))
+	c.Set(bodyKey, b)
+}
+
+// bufferedBody is the body bufferBody read (nil when there was none).
+func bufferedBody(c *gin.Context) []byte {
+	b, _ := c.Get(bodyKey)
+	body, _ := b.([]byte)
+	return body
 }
 
 func tooLargeBody(limit int64) reply {

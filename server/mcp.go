@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -96,9 +95,7 @@ func refuseCrossOrigin() gin.HandlerFunc {
 // request must be one call so the per-address limit counts calls.
 func refuseBatch() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		b, _ := io.ReadAll(c.Request.Body) // buffered by bufferBody
-		setBody(c, b)
-		if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		if t := bytes.TrimLeft(bufferedBody(c), " \t\r\n"); len(t) > 0 && t[0] == '[' {
 			c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"jsonrpc": "2.0", "id": nil,
 				"error": gin.H{"code": jsonrpc.CodeInvalidRequest, "message": "JSON-RPC batches are not supported: send one request per HTTP request"}})
 			return
