@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -42,8 +43,11 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error
 	if plantedEarlyAck {
 		return n.fsm.ApplyCommand(cmd), nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
-	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > n.cfg.ProposeTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.ProposeTimeout)
+		defer cancel()
+	}
 	p := &proposal{data: fsm.Encode(cmd), done: make(chan proposalResult, 1)}
 	select {
 	case n.proposeCh <- p:

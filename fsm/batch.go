@@ -37,7 +37,9 @@ func (c *Batch) decodeBody(d *wire.Decoder, _ byte) {
 	n := d.Len()
 	c.Commands = make([]Command, 0, n)
 	for i := 0; i < n && d.Err() == nil; i++ {
-		b := d.Blob()
+		// Decode copies what a command keeps (payloads, results), so the
+		// sub-entry itself need not be copied.
+		b := d.BlobView()
 		if len(b) > 0 && CommandType(b[0]) == TypeBatch {
 			c.Commands = append(c.Commands, nil)
 			return

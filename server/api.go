@@ -16,8 +16,8 @@ const APIPrefix = "/services/v1"
 
 func (s *Server) routeAPI() {
 	g := s.engine.Group(APIPrefix, s.limit(), s.bufferBody(apiBodyLimit))
-	lead := s.onLeader(false)
-	read := s.onLeader(true)
+	lead := s.apiRoute(false)
+	read := s.apiRoute(true)
 	g.POST("/lease/namespace", s.restNamespace)
 	g.POST("/lease", lead, s.restAcquire)
 	g.POST("/lease/acquire", lead, s.restAcquire)

@@ -32,7 +32,7 @@ func (s *Server) bufferBody(limit int64) gin.HandlerFunc {
 		}
 		rc := http.NewResponseController(c.Writer)
 		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-		b, err := io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, limit))
+		b, err := readAllSized(http.MaxBytesReader(c.Writer, r.Body, limit), r.ContentLength)
 		if err != nil {
 			// The connection is closed after the answer: what is left of
 			// the body is never read (the deadline stays, so net/http's
@@ -83,4 +83,26 @@ func (s *Server) bodyReadFailure(err error, limit int64) reply {
 		return errReply(http.StatusBadRequest, "request body is shorter than its Content-Length; nothing was changed", gin.H{"field": "body"})
 	}
 	return errReply(http.StatusBadRequest, "request body could not be read; nothing was changed", gin.H{"field": "body"})
+}
+
+// readAllSized reads r to its end, in one allocation when size (a
+// Content-Length, or -1) is right.
+func readAllSized(r io.Reader, size int64) ([]byte, error) {
+	if size <= 0 {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, size+1) // +1: the read that sees EOF needs room
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // longer than announced: grow
+		}
+	}
 }

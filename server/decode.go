@@ -32,7 +32,10 @@ func readJSONBody(c *gin.Context, limit int64, allowEmpty bool) ([]byte, error) 
 	if err != nil || mt != "application/json" {
 		return nil, &bodyError{http.StatusUnsupportedMediaType, "Content-Type must be application/json", ""}
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
+	b := bufferedBody(c)
+	if b == nil {
+		b, err = io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -28,23 +28,52 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // onLeader lets the request through on the leader and forwards it there
-// from any other node. With allowStale, a request asking for ?stale=true is
-// served locally instead.
+// as a REST request from any other node. With allowStale, a request asking
+// for ?stale=true is served locally instead. The operations endpoints use
+// it; their handlers must run on the leader.
 func (s *Server) onLeader(allowStale bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if allowStale && (c.Query("stale") == "true" || plantedStaleRead) {
 			c.Next()
 			return
 		}
-		local, addr, bad := s.leaderTarget(c.Request.Context(), s.forwardedByPeer(c))
-		switch {
-		case bad != nil:
-			bad.write(c)
-		case local:
+		s.forwardOrServe(c, s.forwardedByPeer(c))
+	}
+}
+
+// apiRoute routes an API request whose operation runs on the leader: its
+// handler runs here, reaching the leader through the peer link, unless the
+// leader refused this node a link; then the request is forwarded as a REST
+// request. A request a proven peer forwarded runs here or nowhere.
+func (s *Server) apiRoute(allowStale bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if allowStale && (c.Query("stale") == "true" || plantedStaleRead) {
 			c.Next()
-		default:
-			s.forward(c, addr)
+			return
 		}
+		fwd := s.forwardedByPeer(c)
+		if fwd {
+			c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), forwardedCtxKey{}, true))
+		}
+		if fwd || s.node.IsLeader() || s.links.usable() {
+			c.Next()
+			return
+		}
+		s.forwardOrServe(c, false)
+	}
+}
+
+// forwardOrServe serves the request here on the ready leader, or forwards
+// it to the leader, or answers why it can run nowhere.
+func (s *Server) forwardOrServe(c *gin.Context, forwarded bool) {
+	local, addr, bad := s.leaderTarget(c.Request.Context(), forwarded)
+	switch {
+	case bad != nil:
+		bad.write(c)
+	case local:
+		c.Next()
+	default:
+		s.forward(c, addr)
 	}
 }
 

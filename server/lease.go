@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -89,15 +88,11 @@ func (s *Server) acquireLease(ctx context.Context, in LeaseAcquireInput) reply {
 	if bad != nil {
 		return *bad
 	}
-	ttl, bad := ttlSeconds(in.TTLSeconds, s.node.FSM().Settings())
-	if bad != nil {
-		return *bad
-	}
 	owner, err := secret.NewOwnerToken()
 	if err != nil {
 		return errReply(http.StatusInternalServerError, "could not generate an owner token", nil)
 	}
-	r, rep := s.proposeLease(ctx, &fsm.LeaseAcquire{Now: s.node.Now(), Lease: lease, Fingerprint: fp, Owner: secret.OwnerTokenHash(owner), TTLSeconds: ttl})
+	r, rep := s.leadLease(ctx, &leaderOp{cmd: &fsm.LeaseAcquire{Lease: lease, Fingerprint: fp, Owner: secret.OwnerTokenHash(owner)}, ttl: in.TTLSeconds})
 	if r == nil {
 		return rep
 	}
@@ -118,7 +113,7 @@ const (
 	opComplete
 )
 
-func (s *Server) ownerLease(ctx context.Context, op leaseOp, in LeaseOwnerInput) reply {
+func (s *Server) ownerLease(ctx context.Context, op0 leaseOp, in LeaseOwnerInput) reply {
 	lease, _, bad := leaseIdentity(in.Namespace, in.Key, nil)
 	if bad != nil {
 		return *bad
@@ -132,43 +127,38 @@ func (s *Server) ownerLease(ctx context.Context, op leaseOp, in LeaseOwnerInput)
 		return leaseReply(&fsm.LeaseResult{Outcome: fsm.LeaseLost})
 	}
 	owner := secret.OwnerTokenHash(*in.OwnerToken)
-	st := s.node.FSM().Settings()
-	now := s.node.Now()
-	var cmd fsm.Command
-	switch op {
+	op := &leaderOp{}
+	switch op0 {
 	case opRenew:
 		if in.Result != nil {
 			return invalid("result", "is accepted only by complete")
 		}
-		ttl, bad := ttlSeconds(in.TTLSeconds, st)
-		if bad != nil {
-			return *bad
-		}
-		cmd = &fsm.LeaseRenew{Now: now, Lease: lease, Owner: owner, TTLSeconds: ttl}
+		op.cmd, op.ttl = &fsm.LeaseRenew{Lease: lease, Owner: owner}, in.TTLSeconds
 	case opRelease:
 		if in.Result != nil || in.TTLSeconds != nil {
 			return invalid("body", "of release takes only namespace, key and owner_token")
 		}
-		cmd = &fsm.LeaseRelease{Now: now, Lease: lease, Owner: owner}
+		op.cmd = &fsm.LeaseRelease{Lease: lease, Owner: owner}
 	case opComplete:
 		if in.TTLSeconds != nil {
 			return invalid("ttl_seconds", "is accepted only by acquire and renew")
 		}
-		result, bad := canonicalResult(in.Result, st)
+		result, bad := canonicalResult(in.Result)
 		if bad != nil {
 			return *bad
 		}
-		cmd = &fsm.LeaseComplete{Now: now, Lease: lease, Owner: owner, Result: result}
+		op.cmd = &fsm.LeaseComplete{Lease: lease, Owner: owner, Result: result}
 	}
-	r, rep := s.proposeLease(ctx, cmd)
+	r, rep := s.leadLease(ctx, op)
 	if r == nil {
 		return rep
 	}
 	return leaseReply(r)
 }
 
-// canonicalResult redacts and canonicalises a completion result.
-func canonicalResult(raw json.RawMessage, st fsm.Settings) ([]byte, *reply) {
+// canonicalResult redacts and canonicalises a completion result; its size
+// is judged by the leader against the replicated limit.
+func canonicalResult(raw json.RawMessage) ([]byte, *reply) {
 	if raw == nil {
 		r := invalid("result", "is required: any JSON value, at most 32 KB after redaction")
 		return nil, &r
@@ -178,24 +168,19 @@ func canonicalResult(raw json.RawMessage, st fsm.Settings) ([]byte, *reply) {
 		r := invalid("result", "must be valid JSON: "+err.Error())
 		return nil, &r
 	}
-	if int64(len(out)) > st.MaxResultBytes {
-		r := tooLarge("result", fmt.Sprintf("must be at most %d bytes as canonical JSON after redaction (got %d)", st.MaxResultBytes, len(out)))
-		return nil, &r
-	}
 	return out, nil
 }
 
-// proposeLease proposes a lease command, mapping cluster errors to replies.
-func (s *Server) proposeLease(ctx context.Context, cmd fsm.Command) (*fsm.LeaseResult, reply) {
-	res, err := s.node.Propose(ctx, cmd)
-	if err != nil {
-		return nil, clusterReply(err)
+// leadLease runs a lease operation on the leader, mapping its refusals to replies.
+func (s *Server) leadLease(ctx context.Context, op *leaderOp) (*fsm.LeaseResult, reply) {
+	res := s.lead(ctx, op)
+	switch {
+	case res.refusal != nil:
+		return nil, *res.refusal
+	case res.lease == nil:
+		return nil, errReply(http.StatusInternalServerError, "the leader answered a lease operation with another result", nil)
 	}
-	r, ok := res.(*fsm.LeaseResult)
-	if !ok {
-		return nil, errReply(http.StatusInternalServerError, fmt.Sprintf("unexpected state machine result %T", res), nil)
-	}
-	return r, reply{}
+	return res.lease, reply{}
 }
 
 func heldBody(r *fsm.LeaseResult) gin.H {
@@ -230,7 +215,7 @@ func leaseReply(r *fsm.LeaseResult) reply {
 			"status":                        "completed",
 			"completed_at_timestamp":        secondsOf(r.CompletedAt),
 			"completed_at":                  rfc3339Of(r.CompletedAt),
-			"result":                        json.RawMessage(r.Result),
+			"result":                        storedJSON(r.Result),
 			"fencing_token":                 r.FencingToken,
 			"absolute_expires_at_timestamp": secondsOf(r.AbsoluteExpiresAt),
 			"absolute_expires_at":           rfc3339Of(r.AbsoluteExpiresAt),

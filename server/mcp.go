@@ -143,7 +143,8 @@ func (s *Server) toolHandler(t *toolDef) mcp.ToolHandler {
 // equivalent REST request sent once to the leader. It returns the HTTP
 // status and JSON body the REST API answers with.
 func (s *Server) runTool(ctx context.Context, t *toolDef, call *toolCall) (int, []byte) {
-	if !t.leaderOnly {
+	if !t.leaderOnly || s.node.IsLeader() || s.links.usable() {
+		// The service layer reaches the leader itself, over the peer link.
 		return replyJSON(t.local(ctx, s, call))
 	}
 	local, addr, bad := s.leaderTarget(ctx, false)
@@ -177,9 +178,12 @@ func (s *Server) runTool(ctx context.Context, t *toolDef, call *toolCall) (int, 
 
 // replyJSON encodes a reply's body as the REST API would send it.
 func replyJSON(r reply) (int, []byte) {
-	b, err := marshalJSON(r.Body)
+	if r.raw != nil {
+		return r.Status, r.raw
+	}
+	b, err := encodeJSON(r.Body)
 	if err != nil {
-		b, _ = marshalJSON(gin.H{"ok": false, "error": "internal error: the answer could not be encoded"})
+		b, _ = encodeJSON(gin.H{"ok": false, "error": "internal error: the answer could not be encoded"})
 		return http.StatusInternalServerError, b
 	}
 	return r.Status, b
@@ -195,7 +199,7 @@ func toolResult(status int, body []byte) *mcp.CallToolResult {
 		fields = map[string]json.RawMessage{"ok": json.RawMessage("false"), "error": msg}
 	}
 	fields[HTTPStatusField] = json.RawMessage(strconv.Itoa(status))
-	out, err := marshalJSON(fields)
+	out, err := encodeJSON(fields)
 	if err != nil {
 		out = []byte(`{"ok":false,"error":"internal error: the answer could not be encoded","` + HTTPStatusField + `":500}`)
 		status = http.StatusInternalServerError
@@ -205,17 +209,6 @@ func toolResult(status int, body []byte) *mcp.CallToolResult {
 		StructuredContent: json.RawMessage(out),
 		IsError:           status < 200 || status > 299,
 	}
-}
-
-// marshalJSON encodes v compactly without HTML escaping.
-func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("encode JSON: %w", err)
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 // toolCall is one validated tool call.
@@ -266,7 +259,7 @@ func (a toolArgs) restBody(names []string) ([]byte, error) {
 			body[n] = v
 		}
 	}
-	return marshalJSON(body)
+	return encodeJSON(body)
 }
 
 // escapedID path-escapes an id argument (already checked against its

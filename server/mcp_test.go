@@ -249,10 +249,10 @@ func TestMCP(t *testing.T) {
 	})
 
 	t.Run("forwarded to the leader", func(t *testing.T) {
-		// The follower cannot propose: its tool calls reached the leader's
-		// REST API as forwarded requests.
-		if !regexp.MustCompile(`n0\.http: request: method=POST route=/services/v1/lease status=201 .*forwarded=true`).MatchString(logs.String()) {
-			t.Fatal("the leader logged no forwarded acquire")
+		// The follower cannot propose: its tool calls reached the leader
+		// over the peer link it opened.
+		if !regexp.MustCompile(`n0\.http: peer link opened: from=n1`).MatchString(logs.String()) {
+			t.Fatal("the leader logged no peer link from the follower")
 		}
 	})
 	t.Run("secrets not logged", func(t *testing.T) {

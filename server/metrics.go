@@ -2,6 +2,7 @@ package server
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -20,6 +21,7 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	cache    sync.Map // seriesKey -> *requestSeries
 }
 
 func newMetrics(node *cluster.Node) *metrics {
@@ -45,10 +47,36 @@ func (m *metrics) observe() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
-		route := routeOf(c)
-		m.requests.WithLabelValues(c.Request.Method, route, strconv.Itoa(c.Writer.Status())).Inc()
-		m.latency.WithLabelValues(c.Request.Method, route).Observe(time.Since(start).Seconds())
+		s := m.series(c.Request.Method, routeOf(c), c.Writer.Status())
+		s.count.Inc()
+		s.latency.Observe(time.Since(start).Seconds())
 	}
+}
+
+// requestSeries are the metrics of one method, route and status.
+type requestSeries struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
+}
+
+type seriesKey struct {
+	method, route string
+	status        int
+}
+
+// series returns the metrics of a request, resolved once per label set
+// (routes are templates, so there are few).
+func (m *metrics) series(method, route string, status int) *requestSeries {
+	k := seriesKey{method, route, status}
+	if s, ok := m.cache.Load(k); ok {
+		return s.(*requestSeries)
+	}
+	s := &requestSeries{
+		count:   m.requests.WithLabelValues(method, route, strconv.Itoa(status)),
+		latency: m.latency.WithLabelValues(method, route),
+	}
+	m.cache.Store(k, s)
+	return s
 }
 
 func (m *metrics) handler() gin.HandlerFunc {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -71,10 +70,10 @@ func parseJobID(jobID string) (secret.ID, *reply) {
 	return id, nil
 }
 
-// preauthorize refuses a request whose queue or token is wrong before
-// anything is proposed; Apply checks again. A leader that has not yet
-// applied its predecessors' entries skips the check: its state could miss a
-// queue that exists.
+// preauthorize, on the leader, refuses a request whose queue or token is
+// wrong before anything is proposed; Apply checks again. A leader that has
+// not yet applied its predecessors' entries skips the check: its state could
+// miss a queue that exists.
 func (s *Server) preauthorize(a queueAuth, role fsm.Role) *reply {
 	if !s.node.IsReadyLeader() {
 		return nil
@@ -100,11 +99,11 @@ func (s *Server) createQueue(ctx context.Context, clientIP string) reply {
 				return errReply(http.StatusInternalServerError, "could not generate queue tokens", nil)
 			}
 		}
-		r, rep := s.proposeQueue(ctx, &fsm.QueueCreate{
-			Now: s.node.Now(), Queue: id,
+		r, rep := s.leadQueue(ctx, &leaderOp{cmd: &fsm.QueueCreate{
+			Queue:      id,
 			WriteToken: secret.RoleTokenHash(toks[0]), WorkerToken: secret.RoleTokenHash(toks[1]), ReadToken: secret.RoleTokenHash(toks[2]),
 			Client: secret.ClientHash(clientIP),
-		})
+		}})
 		if r == nil {
 			return rep
 		}
@@ -122,7 +121,6 @@ func (s *Server) createQueue(ctx context.Context, clientIP string) reply {
 }
 
 func (s *Server) enqueue(ctx context.Context, a queueAuth, in EnqueueInput) reply {
-	st := s.node.FSM().Settings()
 	if in.JobKey == nil {
 		return invalid("job_key", "is required")
 	}
@@ -136,18 +134,12 @@ func (s *Server) enqueue(ctx context.Context, a queueAuth, in EnqueueInput) repl
 	if err != nil {
 		return invalid("payload", "must be valid JSON: "+err.Error())
 	}
-	if int64(len(payload)) > st.MaxPayloadBytes {
-		return tooLarge("payload", fmt.Sprintf("must be at most %d bytes encoded (got %d)", st.MaxPayloadBytes, len(payload)))
-	}
-	if r := s.preauthorize(a, fsm.RoleWrite); r != nil {
-		return *r
-	}
 	for attempt := 0; attempt < maxIDRetries; attempt++ {
 		job, err := secret.NewID()
 		if err != nil {
 			return errReply(http.StatusInternalServerError, "could not generate a job id", nil)
 		}
-		r, rep := s.proposeQueue(ctx, &fsm.JobEnqueue{Now: s.node.Now(), Queue: a.queue, Token: a.token, Job: job, Key: *in.JobKey, Payload: payload})
+		r, rep := s.leadQueue(ctx, &leaderOp{cmd: &fsm.JobEnqueue{Queue: a.queue, Token: a.token, Job: job, Key: *in.JobKey, Payload: payload}})
 		if r == nil {
 			return rep
 		}
@@ -159,18 +151,11 @@ func (s *Server) enqueue(ctx context.Context, a queueAuth, in EnqueueInput) repl
 }
 
 func (s *Server) claim(ctx context.Context, a queueAuth, in ClaimInput) reply {
-	vis, bad := visibilitySeconds(in.VisibilityTimeout, s.node.FSM().Settings())
-	if bad != nil {
-		return *bad
-	}
-	if r := s.preauthorize(a, fsm.RoleWorker); r != nil {
-		return *r
-	}
 	receipt, err := secret.NewToken()
 	if err != nil {
 		return errReply(http.StatusInternalServerError, "could not generate a receipt", nil)
 	}
-	r, rep := s.proposeQueue(ctx, &fsm.JobClaim{Now: s.node.Now(), Queue: a.queue, Token: a.token, Receipt: secret.ReceiptHash(receipt), VisibilitySeconds: vis})
+	r, rep := s.leadQueue(ctx, &leaderOp{cmd: &fsm.JobClaim{Queue: a.queue, Token: a.token, Receipt: secret.ReceiptHash(receipt)}, visibility: in.VisibilityTimeout})
 	if r == nil {
 		return rep
 	}
@@ -186,7 +171,7 @@ const (
 	opJobRenew
 )
 
-func (s *Server) receiptOp(ctx context.Context, op jobOp, a queueAuth, jobID string, receipt *string, visibility *int64) reply {
+func (s *Server) receiptOp(ctx context.Context, jop jobOp, a queueAuth, jobID string, receipt *string, visibility *int64) reply {
 	job, bad := parseJobID(jobID)
 	if bad != nil {
 		return *bad
@@ -197,24 +182,17 @@ func (s *Server) receiptOp(ctx context.Context, op jobOp, a queueAuth, jobID str
 	if !secret.ValidToken(*receipt) {
 		return invalid("receipt", "must be the receipt returned by claim: 64 lowercase hex characters")
 	}
-	if r := s.preauthorize(a, fsm.RoleWorker); r != nil {
-		return *r
-	}
-	now, rh := s.node.Now(), secret.ReceiptHash(*receipt)
-	var cmd fsm.Command
-	switch op {
+	rh := secret.ReceiptHash(*receipt)
+	op := &leaderOp{}
+	switch jop {
 	case opAck:
-		cmd = &fsm.JobAck{Now: now, Queue: a.queue, Token: a.token, Job: job, Receipt: rh}
+		op.cmd = &fsm.JobAck{Queue: a.queue, Token: a.token, Job: job, Receipt: rh}
 	case opJobRelease:
-		cmd = &fsm.JobRelease{Now: now, Queue: a.queue, Token: a.token, Job: job, Receipt: rh}
+		op.cmd = &fsm.JobRelease{Queue: a.queue, Token: a.token, Job: job, Receipt: rh}
 	case opJobRenew:
-		vis, bad := visibilitySeconds(visibility, s.node.FSM().Settings())
-		if bad != nil {
-			return *bad
-		}
-		cmd = &fsm.JobRenew{Now: now, Queue: a.queue, Token: a.token, Job: job, Receipt: rh, VisibilitySeconds: vis}
+		op.cmd, op.visibility = &fsm.JobRenew{Queue: a.queue, Token: a.token, Job: job, Receipt: rh}, visibility
 	}
-	r, rep := s.proposeQueue(ctx, cmd)
+	r, rep := s.leadQueue(ctx, op)
 	if r == nil {
 		return rep
 	}
@@ -230,38 +208,36 @@ func (s *Server) readQueue(ctx context.Context, a queueAuth, jobID string, stale
 			return *bad
 		}
 	}
-	var r fsm.QueueResult
-	read := func() {
-		if jobID == "" {
-			r = s.node.FSM().ReadQueue(a.queue, a.token, s.node.Now())
-		} else {
-			r = s.node.FSM().ReadJob(a.queue, a.token, job, s.node.Now())
+	q := &queueRead{queue: a.queue, token: a.token, job: job, withJob: jobID != ""}
+	var r *fsm.QueueResult
+	if stale {
+		res := s.executeStaleRead(q)
+		r = &res
+	} else {
+		var rep reply
+		if r, rep = s.leadQueue(ctx, &leaderOp{read: q}); r == nil {
+			return rep
 		}
 	}
-	if stale {
-		read()
-	} else if err := s.node.ReadLinearizable(ctx, read); err != nil {
-		return clusterReply(err)
-	}
 	if r.Outcome != fsm.QueueFound {
-		return queueReply(&r, nil)
+		return queueReply(r, nil)
 	}
 	if jobID == "" {
 		return okReply(http.StatusOK, queueBody(r.Queue))
 	}
-	return okReply(http.StatusOK, gin.H{"job": jobBody(r.Job)})
+	return jobReply(http.StatusOK, r.Job, nil, nil)
 }
 
-func (s *Server) proposeQueue(ctx context.Context, cmd fsm.Command) (*fsm.QueueResult, reply) {
-	res, err := s.node.Propose(ctx, cmd)
-	if err != nil {
-		return nil, clusterReply(err)
+// leadQueue runs a queue operation on the leader, mapping its refusals to replies.
+func (s *Server) leadQueue(ctx context.Context, op *leaderOp) (*fsm.QueueResult, reply) {
+	res := s.lead(ctx, op)
+	switch {
+	case res.refusal != nil:
+		return nil, *res.refusal
+	case res.queue == nil:
+		return nil, errReply(http.StatusInternalServerError, "the leader answered a queue operation with another result", nil)
 	}
-	r, ok := res.(*fsm.QueueResult)
-	if !ok {
-		return nil, errReply(http.StatusInternalServerError, fmt.Sprintf("unexpected state machine result %T", res), nil)
-	}
-	return r, reply{}
+	return res.queue, reply{}
 }
 
 func queueBody(q fsm.QueueView) gin.H {
@@ -277,26 +253,6 @@ func queueBody(q fsm.QueueView) gin.H {
 			"total":     q.Counts.Total,
 		},
 	}
-}
-
-func jobBody(j *fsm.JobView) gin.H {
-	b := gin.H{
-		"job_id":               j.ID.String(),
-		"job_key":              j.Key,
-		"payload":              json.RawMessage(j.Payload),
-		"status":               j.Status.String(),
-		"attempts":             j.Attempts,
-		"created_at_timestamp": secondsOf(j.CreatedAt),
-		"updated_at_timestamp": secondsOf(j.UpdatedAt),
-		"expire_timestamp":     secondsOf(j.QueueExpiresAt),
-	}
-	if j.VisibleAt != 0 {
-		b["claim_expire_timestamp"] = secondsOf(j.VisibleAt)
-	}
-	if j.CompletedAt != 0 {
-		b["completed_at_timestamp"] = secondsOf(j.CompletedAt)
-	}
-	return b
 }
 
 // queueReply maps a queue outcome to its reply. receipt is the raw receipt
@@ -318,7 +274,8 @@ func queueReply(r *fsm.QueueResult, receipt *string) reply {
 		if r.Outcome == fsm.JobDeduplicated {
 			status = http.StatusOK
 		}
-		return okReply(status, gin.H{"deduplicated": r.Outcome == fsm.JobDeduplicated, "job_id": r.Job.ID.String(), "job": jobBody(r.Job)})
+		dedup := r.Outcome == fsm.JobDeduplicated
+		return jobReply(status, r.Job, nil, &dedup)
 	case fsm.JobKeyConflict:
 		return errReply(http.StatusConflict, "a job with this job_key exists with a different payload", gin.H{"job_id": r.Job.ID.String()})
 	case fsm.JobLimitReached:
@@ -326,11 +283,7 @@ func queueReply(r *fsm.QueueResult, receipt *string) reply {
 	case fsm.QueueEmpty:
 		return okReply(http.StatusOK, gin.H{"job": nil})
 	case fsm.JobClaimed, fsm.JobAcked, fsm.JobReleased, fsm.JobRenewed:
-		body := jobBody(r.Job)
-		if receipt != nil {
-			body["receipt"] = *receipt
-		}
-		return okReply(http.StatusOK, gin.H{"job": body})
+		return jobReply(http.StatusOK, r.Job, receipt, nil)
 	case fsm.ReceiptRejected:
 		return errReply(http.StatusConflict, rejectMessage(r.Reason), gin.H{"reason": r.Reason.String()})
 	case fsm.QueueInvalid:

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -19,6 +17,17 @@ type reply struct {
 	RetryAfter int
 	// Bearer asks for a WWW-Authenticate: Bearer challenge (missing token).
 	Bearer bool
+	// raw, when set, is the body already encoded (a reply the leader made
+	// and sent over the peer link); Body is then unused.
+	raw []byte
+}
+
+// body returns the encoded JSON body.
+func (r reply) body() ([]byte, error) {
+	if r.raw != nil {
+		return r.raw, nil
+	}
+	return encodeJSON(r.Body)
 }
 
 // write sends r on c.
@@ -29,25 +38,13 @@ func (r reply) write(c *gin.Context) {
 	if r.Bearer {
 		c.Header("WWW-Authenticate", `Bearer realm="holdfast"`)
 	}
-	b, err := encodeJSON(r.Body)
+	b, err := r.body()
 	if err != nil {
 		b = []byte(`{"ok":false,"error":"internal error: the answer could not be encoded"}`)
 		r.Status = http.StatusInternalServerError
 	}
 	c.Abort()
 	c.Data(r.Status, "application/json; charset=utf-8", b)
-}
-
-// encodeJSON encodes v without HTML escaping, so stored JSON (payloads,
-// results) comes back byte for byte as it was canonicalised.
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // ok reports whether the reply is a success.

@@ -45,6 +45,7 @@ type Server struct {
 	proxy   *http.Transport
 	metrics *metrics
 	limiter *rateLimiter
+	links   *linkManager
 }
 
 // New builds the router for cfg.Node.
@@ -70,6 +71,7 @@ func New(cfg Config) *Server {
 	s.proxy.ResponseHeaderTimeout = cfg.RequestTimeout + 5*time.Second
 	s.metrics = newMetrics(cfg.Node)
 	s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
+	s.links = newLinkManager(s)
 	s.engine = gin.New()
 	s.engine.HandleMethodNotAllowed = true
 	s.engine.RedirectTrailingSlash = false
@@ -87,8 +89,11 @@ func New(cfg Config) *Server {
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.engine }
 
-// Close releases idle forwarding connections.
-func (s *Server) Close() { s.proxy.CloseIdleConnections() }
+// Close closes the peer links and releases idle forwarding connections.
+func (s *Server) Close() {
+	s.links.close()
+	s.proxy.CloseIdleConnections()
+}
 
 // HTTPServer wraps the server's handler with the timeouts and header limits
 // every holdfast listener uses; net/http's own error lines go to the
@@ -132,6 +137,10 @@ func routeOf(c *gin.Context) string {
 // path or query (which may carry ids) and never headers or bodies.
 func (s *Server) logRequests() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		if !s.log.IsDebug() {
+			c.Next()
+			return
+		}
 		start := time.Now()
 		c.Next()
 		s.log.Debug("request", "method", c.Request.Method, "route", routeOf(c), "status", c.Writer.Status(),

@@ -199,6 +199,19 @@ func (d *Decoder) Blob() []byte {
 	return out
 }
 
+// BlobView reads a length-prefixed byte string without copying it: the
+// result aliases the decoder's input, so it must not outlive it or be kept
+// in state. An empty string decodes as nil.
+func (d *Decoder) BlobView() []byte {
+	n := d.Len()
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	out := d.buf[d.off : d.off+n : d.off+n]
+	d.off += n
+	return out
+}
+
 // String reads a length-prefixed string.
 func (d *Decoder) String() string {
 	n := d.Len()

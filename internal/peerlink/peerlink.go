@@ -1,0 +1,348 @@
+// Package peerlink multiplexes request/response calls over one stream
+// connection between two nodes. Each call is a frame (a 4-byte big-endian
+// length, a call id as a uvarint, the payload); calls and answers that are
+// ready together leave in one write, so a busy link costs a few system calls
+// for many calls.
+//
+// It owns one promise about delivery, which callers need to answer honestly:
+// a call that fails with ErrNotSent never left this process (the server
+// cannot have acted on it), while ErrUnknown means its bytes may have
+// reached the server. It knows nothing of what the payloads mean.
+package peerlink
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxFrame bounds a frame's length; a longer one is a protocol error that
+// closes the connection.
+const MaxFrame = 4 << 20
+
+// writeTimeout bounds one write: a peer that stops reading for this long
+// loses the link.
+const writeTimeout = 30 * time.Second
+
+// Errors of a call.
+var (
+	// ErrNotSent: the call never left this process.
+	ErrNotSent = errors.New("peerlink: the call was not sent")
+	// ErrUnknown: the call may have reached the server; its answer was lost.
+	ErrUnknown = errors.New("peerlink: the call may have been received; its answer was lost")
+	// ErrClosed is the cause of calls failed because the link was closed.
+	ErrClosed = errors.New("peerlink: link closed")
+)
+
+// Call states.
+const (
+	callQueued    int32 = iota
+	callTaken           // taken by the writer: its bytes may reach the peer
+	callWithdrawn       // withdrawn by its caller before the writer took it
+)
+
+type call struct {
+	id    uint64
+	req   []byte
+	state atomic.Int32
+	done  chan answer
+}
+
+type answer struct {
+	payload []byte
+	err     error
+}
+
+// Client is the calling end of a link.
+type Client struct {
+	conn net.Conn
+	br   *bufio.Reader
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]*call
+	queue   []*call
+	closed  bool
+	cause   error
+
+	wake chan struct{}
+	done chan struct{}
+}
+
+// NewClient starts a link's calling end over conn; br, when not nil, holds
+// bytes already read from conn (after a protocol upgrade).
+func NewClient(conn net.Conn, br *bufio.Reader) *Client {
+	if br == nil {
+		br = bufio.NewReaderSize(conn, 64<<10)
+	}
+	c := &Client{conn: conn, br: br, pending: make(map[uint64]*call), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go c.writeLoop()
+	go c.readLoop()
+	return c
+}
+
+// Done is closed once the link is closed.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is why the link closed (nil while it is open).
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
+// Call sends req and waits for its answer, until ctx is done. Errors wrap
+// ErrNotSent or ErrUnknown (see the package comment).
+func (c *Client) Call(ctx context.Context, req []byte) ([]byte, error) {
+	if len(req) > MaxFrame-binary.MaxVarintLen64 {
+		return nil, fmt.Errorf("%w: a payload of %d bytes exceeds the frame limit", ErrNotSent, len(req))
+	}
+	cl := &call{req: req, done: make(chan answer, 1)}
+	c.mu.Lock()
+	if c.closed {
+		cause := c.cause
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, cause)
+	}
+	c.nextID++
+	cl.id = c.nextID
+	c.pending[cl.id] = cl
+	c.queue = append(c.queue, cl)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case a := <-cl.done:
+		return a.payload, a.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, cl.id)
+		c.mu.Unlock()
+		if cl.state.CompareAndSwap(callQueued, callWithdrawn) {
+			return nil, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: %w", ErrUnknown, ctx.Err())
+	}
+}
+
+// Close closes the link; pending calls fail as the package comment says.
+func (c *Client) Close() error {
+	c.fail(ErrClosed)
+	return nil
+}
+
+// fail closes the link once, failing every pending call.
+func (c *Client) fail(cause error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed, c.cause = true, cause
+	pending := c.pending
+	c.pending, c.queue = nil, nil
+	c.mu.Unlock()
+	_ = c.conn.Close()
+	close(c.done)
+	for _, cl := range pending {
+		err := fmt.Errorf("%w: %w", ErrUnknown, cause)
+		if cl.state.CompareAndSwap(callQueued, callWithdrawn) {
+			err = fmt.Errorf("%w: %w", ErrNotSent, cause)
+		}
+		cl.done <- answer{err: err}
+	}
+}
+
+func (c *Client) writeLoop() {
+	var buf []byte
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.wake:
+		}
+		c.mu.Lock()
+		batch := c.queue
+		c.queue = nil
+		c.mu.Unlock()
+		buf = buf[:0]
+		for _, cl := range batch {
+			if cl.state.CompareAndSwap(callQueued, callTaken) {
+				buf = appendFrame(buf, cl.id, cl.req)
+			}
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		_ = c.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := c.conn.Write(buf); err != nil {
+			c.fail(fmt.Errorf("write: %w", err))
+			return
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil // do not keep a rare large buffer
+		}
+	}
+}
+
+func (c *Client) readLoop() {
+	for {
+		id, payload, err := readFrame(c.br)
+		if err != nil {
+			c.fail(fmt.Errorf("read: %w", err))
+			return
+		}
+		c.mu.Lock()
+		cl := c.pending[id]
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if cl != nil {
+			cl.done <- answer{payload: payload}
+		}
+	}
+}
+
+func appendFrame(buf []byte, id uint64, payload []byte) []byte {
+	var idb [binary.MaxVarintLen64]byte
+	n := binary.PutUvarint(idb[:], id)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n+len(payload)))
+	buf = append(buf, idb[:n]...)
+	return append(buf, payload...)
+}
+
+// readFrame reads one frame; the payload is a fresh slice.
+func readFrame(r *bufio.Reader) (uint64, []byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 || n > MaxFrame {
+		return 0, nil, fmt.Errorf("frame of %d bytes is outside 1..%d", n, MaxFrame)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return 0, nil, err
+	}
+	id, k := binary.Uvarint(b)
+	if k <= 0 {
+		return 0, nil, errors.New("frame without a valid call id")
+	}
+	return id, b[k:], nil
+}
+
+// Handler answers one call. ctx ends when the link closes.
+type Handler func(ctx context.Context, req []byte) []byte
+
+// Serve answers calls on conn until it fails or ctx ends, each call's
+// handler on its own goroutine, at most maxInFlight at once (reading waits
+// beyond that). Goroutines are kept for later calls once their call is
+// answered, so their grown stacks serve again. br, when not nil, holds bytes
+// already read from conn.
+func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int, h Handler) error {
+	if br == nil {
+		br = bufio.NewReaderSize(conn, 64<<10)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &serverWriter{conn: conn, wake: make(chan struct{}, 1)}
+	go func() {
+		<-ctx.Done()
+		_ = conn.Close()
+	}()
+	go w.loop(ctx, cancel)
+	jobs := make(chan serverCall)
+	slots := make(chan struct{}, maxInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	worker := func(first serverCall) {
+		defer wg.Done()
+		for c := first; ; {
+			w.send(c.id, h(ctx, c.payload))
+			<-slots
+			select {
+			case c = <-jobs:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+	for {
+		id, payload, err := readFrame(br)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("peerlink: read: %w", err)
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		c := serverCall{id: id, payload: payload}
+		select {
+		case jobs <- c: // an idle goroutine takes it
+		default:
+			wg.Add(1)
+			go worker(c)
+		}
+	}
+}
+
+type serverCall struct {
+	id      uint64
+	payload []byte
+}
+
+// serverWriter gathers answers and writes those that are ready together.
+type serverWriter struct {
+	conn net.Conn
+	mu   sync.Mutex
+	buf  []byte
+	wake chan struct{}
+}
+
+func (w *serverWriter) send(id uint64, payload []byte) {
+	w.mu.Lock()
+	w.buf = appendFrame(w.buf, id, payload)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *serverWriter) loop(ctx context.Context, cancel context.CancelFunc) {
+	var out []byte
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		}
+		w.mu.Lock()
+		out, w.buf = w.buf, out[:0]
+		w.mu.Unlock()
+		if len(out) == 0 {
+			continue
+		}
+		_ = w.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := w.conn.Write(out); err != nil {
+			cancel()
+			return
+		}
+		if cap(out) > 1<<20 {
+			out = nil
+		}
+	}
+}

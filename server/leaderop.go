@@ -1,0 +1,360 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/secret"
+	"github.com/holdfast/holdfast/internal/wire"
+)
+
+// leaderOp is one API operation as the node a client called hands it to the
+// leader. That node has checked every rule that does not depend on the
+// replicated settings, generated every random value and hashed every secret,
+// so the command carries no raw secret; the leader judges what depends on its
+// applied settings (ttl and visibility defaults and ranges, payload and
+// result sizes), checks the queue's token early, stamps its clock and
+// proposes — or, for a read, reads linearizably.
+type leaderOp struct {
+	// cmd is the command of a write; the leader sets its Now and the fields
+	// the settings decide.
+	cmd fsm.Command
+	// ttl is the ttl_seconds asked for (LeaseAcquire, LeaseRenew), and
+	// visibility the visibility_timeout (JobClaim, JobRenew); nil asks for the
+	// default.
+	ttl, visibility *int64
+	// read is set for a linearizable read of a queue or one of its jobs.
+	read *queueRead
+}
+
+// queueRead names what a read asks for.
+type queueRead struct {
+	queue secret.ID
+	token secret.Hash
+	job   secret.ID
+	// withJob reads the job rather than the queue's counts.
+	withJob bool
+}
+
+// opResult is the leader's answer to a leaderOp: a state machine result, or
+// the reply that refuses it (a broken limit, no leader, outcome unknown).
+type opResult struct {
+	lease   *fsm.LeaseResult
+	queue   *fsm.QueueResult
+	refusal *reply
+}
+
+func refused(r reply) opResult { return opResult{refusal: &r} }
+
+// execute runs op on this node, which must be the ready leader.
+func (s *Server) execute(ctx context.Context, op *leaderOp) opResult {
+	if op.read != nil {
+		return s.executeRead(ctx, op.read)
+	}
+	st := s.node.FSM().Settings()
+	now := s.node.Now()
+	switch c := op.cmd.(type) {
+	case *fsm.LeaseAcquire:
+		ttl, bad := ttlSeconds(op.ttl, st)
+		if bad != nil {
+			return opResult{refusal: bad}
+		}
+		c.Now, c.TTLSeconds = now, ttl
+	case *fsm.LeaseRenew:
+		ttl, bad := ttlSeconds(op.ttl, st)
+		if bad != nil {
+			return opResult{refusal: bad}
+		}
+		c.Now, c.TTLSeconds = now, ttl
+	case *fsm.LeaseRelease:
+		c.Now = now
+	case *fsm.LeaseComplete:
+		if int64(len(c.Result)) > st.MaxResultBytes {
+			return refused(tooLarge("result", fmt.Sprintf("must be at most %d bytes as canonical JSON after redaction (got %d)", st.MaxResultBytes, len(c.Result))))
+		}
+		c.Now = now
+	case *fsm.QueueCreate:
+		c.Now = now
+	case *fsm.JobEnqueue:
+		if int64(len(c.Payload)) > st.MaxPayloadBytes {
+			return refused(tooLarge("payload", fmt.Sprintf("must be at most %d bytes encoded (got %d)", st.MaxPayloadBytes, len(c.Payload))))
+		}
+		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWrite); r != nil {
+			return opResult{refusal: r}
+		}
+		c.Now = now
+	case *fsm.JobClaim:
+		vis, bad := visibilitySeconds(op.visibility, st)
+		if bad != nil {
+			return opResult{refusal: bad}
+		}
+		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
+			return opResult{refusal: r}
+		}
+		c.Now, c.VisibilitySeconds = now, vis
+	case *fsm.JobAck:
+		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
+			return opResult{refusal: r}
+		}
+		c.Now = now
+	case *fsm.JobRelease:
+		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
+			return opResult{refusal: r}
+		}
+		c.Now = now
+	case *fsm.JobRenew:
+		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
+			return opResult{refusal: r}
+		}
+		vis, bad := visibilitySeconds(op.visibility, st)
+		if bad != nil {
+			return opResult{refusal: bad}
+		}
+		c.Now, c.VisibilitySeconds = now, vis
+	default:
+		return refused(errReply(http.StatusBadRequest, fmt.Sprintf("command type %d is not an API operation", op.cmd.Type()), nil))
+	}
+	res, err := s.node.Propose(ctx, op.cmd)
+	if err != nil {
+		return refused(clusterReply(err))
+	}
+	switch r := res.(type) {
+	case *fsm.LeaseResult:
+		return opResult{lease: r}
+	case *fsm.QueueResult:
+		return opResult{queue: r}
+	}
+	return refused(errReply(http.StatusInternalServerError, fmt.Sprintf("unexpected state machine result %T", res), nil))
+}
+
+func (s *Server) executeRead(ctx context.Context, q *queueRead) opResult {
+	var r fsm.QueueResult
+	if err := s.node.ReadLinearizable(ctx, func() { r = s.executeStaleRead(q) }); err != nil {
+		return refused(clusterReply(err))
+	}
+	return opResult{queue: &r}
+}
+
+// executeStaleRead reads this node's own state.
+func (s *Server) executeStaleRead(q *queueRead) fsm.QueueResult {
+	if q.withJob {
+		return s.node.FSM().ReadJob(q.queue, q.token, q.job, s.node.Now())
+	}
+	return s.node.FSM().ReadQueue(q.queue, q.token, s.node.Now())
+}
+
+// Wire layout of leaderOps and opResults on the peer link. A version byte
+// leads each, so a mixed-version cluster refuses what it cannot read.
+const (
+	opWireVersion = 1
+
+	opWrite   = 1
+	opRead    = 2
+	opReadJob = 3
+
+	resultLease   = 1
+	resultQueue   = 2
+	resultRefusal = 3
+)
+
+// errOpWire is wrapped by every error decoding an op or a result.
+var errOpWire = errors.New("malformed leader operation")
+
+func encodeOptInt(e *wire.Encoder, v *int64) {
+	e.Bool(v != nil)
+	if v != nil {
+		e.Varint(*v)
+	}
+}
+
+func decodeOptInt(d *wire.Decoder) *int64 {
+	if !d.Bool() {
+		return nil
+	}
+	v := d.Varint()
+	return &v
+}
+
+// encode appends op's wire form to buf.
+func (op *leaderOp) encode(buf []byte) []byte {
+	e := wire.NewEncoder(buf)
+	e.Byte(opWireVersion)
+	switch {
+	case op.read != nil && op.read.withJob:
+		e.Byte(opReadJob)
+		e.Fixed(op.read.queue[:])
+		e.Fixed(op.read.token[:])
+		e.Fixed(op.read.job[:])
+	case op.read != nil:
+		e.Byte(opRead)
+		e.Fixed(op.read.queue[:])
+		e.Fixed(op.read.token[:])
+	default:
+		e.Byte(opWrite)
+		encodeOptInt(e, op.ttl)
+		encodeOptInt(e, op.visibility)
+		e.Blob(fsm.Encode(op.cmd))
+	}
+	return e.Bytes()
+}
+
+// decodeOp parses what encode wrote. Only API commands are accepted.
+func decodeOp(b []byte) (*leaderOp, error) {
+	d := wire.NewDecoder(b)
+	if v := d.Byte(); v != opWireVersion {
+		return nil, fmt.Errorf("%w: version %d", errOpWire, v)
+	}
+	op := &leaderOp{}
+	switch kind := d.Byte(); kind {
+	case opRead, opReadJob:
+		q := &queueRead{withJob: kind == opReadJob}
+		d.Fixed(q.queue[:])
+		d.Fixed(q.token[:])
+		if q.withJob {
+			d.Fixed(q.job[:])
+		}
+		op.read = q
+	case opWrite:
+		op.ttl = decodeOptInt(d)
+		op.visibility = decodeOptInt(d)
+		raw := d.Blob()
+		if d.Err() != nil {
+			break
+		}
+		cmd, err := fsm.Decode(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errOpWire, err)
+		}
+		if !apiCommand(cmd) {
+			return nil, fmt.Errorf("%w: command type %d is not an API operation", errOpWire, cmd.Type())
+		}
+		op.cmd = cmd
+	default:
+		d.Fail(fmt.Sprintf("unknown operation kind %d", kind))
+	}
+	if err := d.Finish(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errOpWire, err)
+	}
+	return op, nil
+}
+
+// apiCommand reports whether cmd is one a client's request can make.
+func apiCommand(cmd fsm.Command) bool {
+	switch cmd.(type) {
+	case *fsm.LeaseAcquire, *fsm.LeaseRenew, *fsm.LeaseRelease, *fsm.LeaseComplete,
+		*fsm.QueueCreate, *fsm.JobEnqueue, *fsm.JobClaim, *fsm.JobAck, *fsm.JobRelease, *fsm.JobRenew:
+		return true
+	}
+	return false
+}
+
+// encode appends the result's wire form to buf.
+func (r opResult) encode(buf []byte) ([]byte, error) {
+	e := wire.NewEncoder(buf)
+	e.Byte(opWireVersion)
+	switch {
+	case r.refusal != nil:
+		body, err := r.refusal.body()
+		if err != nil {
+			return nil, err
+		}
+		e.Byte(resultRefusal)
+		e.Varint(int64(r.refusal.Status))
+		e.Varint(int64(r.refusal.RetryAfter))
+		e.Bool(r.refusal.Bearer)
+		e.Blob(body)
+	case r.lease != nil:
+		l := r.lease
+		e.Byte(resultLease)
+		e.Byte(byte(l.Outcome))
+		e.Varint(l.Now)
+		e.Uvarint(l.FencingToken)
+		for _, v := range []int64{l.TTLSeconds, l.LeaseExpiresAt, l.AbsoluteExpiresAt, l.RetryAfterSeconds, l.CompletedAt} {
+			e.Varint(v)
+		}
+		e.Blob(l.Result)
+	case r.queue != nil:
+		q := r.queue
+		e.Byte(resultQueue)
+		e.Byte(byte(q.Outcome))
+		e.Varint(q.Now)
+		e.Fixed(q.Queue.ID[:])
+		for _, v := range []int64{q.Queue.CreatedAt, q.Queue.ExpiresAt} {
+			e.Varint(v)
+		}
+		c := q.Queue.Counts
+		for _, v := range []int{c.Pending, c.Claimed, c.Completed, c.Failed, c.Total} {
+			e.Varint(int64(v))
+		}
+		e.Bool(q.Job != nil)
+		if j := q.Job; j != nil {
+			e.Fixed(j.ID[:])
+			e.String(j.Key)
+			e.Blob(j.Payload)
+			e.Byte(byte(j.Status))
+			for _, v := range []int64{j.Attempts, j.CreatedAt, j.UpdatedAt, j.VisibleAt, j.CompletedAt, j.QueueExpiresAt} {
+				e.Varint(v)
+			}
+		}
+		e.Byte(byte(q.Reason))
+		e.Varint(q.RetryAfterSeconds)
+	default:
+		return nil, errors.New("encode an empty leader result")
+	}
+	return e.Bytes(), nil
+}
+
+// decodeResult parses what opResult.encode wrote.
+func decodeResult(b []byte) (opResult, error) {
+	d := wire.NewDecoder(b)
+	if v := d.Byte(); v != opWireVersion {
+		return opResult{}, fmt.Errorf("%w: result version %d", errOpWire, v)
+	}
+	var r opResult
+	switch kind := d.Byte(); kind {
+	case resultRefusal:
+		rep := reply{Status: int(d.Varint()), RetryAfter: int(d.Varint()), Bearer: d.Bool(), raw: d.Blob()}
+		if rep.Status < 100 || rep.Status > 599 || len(rep.raw) == 0 {
+			d.Fail("invalid refusal")
+		}
+		r.refusal = &rep
+	case resultLease:
+		l := &fsm.LeaseResult{Outcome: fsm.LeaseOutcome(d.Byte()), Now: d.Varint(), FencingToken: d.Uvarint()}
+		for _, p := range []*int64{&l.TTLSeconds, &l.LeaseExpiresAt, &l.AbsoluteExpiresAt, &l.RetryAfterSeconds, &l.CompletedAt} {
+			*p = d.Varint()
+		}
+		l.Result = d.Blob()
+		r.lease = l
+	case resultQueue:
+		q := &fsm.QueueResult{Outcome: fsm.QueueOutcome(d.Byte()), Now: d.Varint()}
+		d.Fixed(q.Queue.ID[:])
+		q.Queue.CreatedAt, q.Queue.ExpiresAt = d.Varint(), d.Varint()
+		c := &q.Queue.Counts
+		for _, p := range []*int{&c.Pending, &c.Claimed, &c.Completed, &c.Failed, &c.Total} {
+			*p = int(d.Varint())
+		}
+		if d.Bool() {
+			j := &fsm.JobView{}
+			d.Fixed(j.ID[:])
+			j.Key = d.String()
+			j.Payload = d.Blob()
+			j.Status = fsm.JobStatus(d.Byte())
+			for _, p := range []*int64{&j.Attempts, &j.CreatedAt, &j.UpdatedAt, &j.VisibleAt, &j.CompletedAt, &j.QueueExpiresAt} {
+				*p = d.Varint()
+			}
+			q.Job = j
+		}
+		q.Reason = fsm.RejectReason(d.Byte())
+		q.RetryAfterSeconds = d.Varint()
+		r.queue = q
+	default:
+		d.Fail(fmt.Sprintf("unknown result kind %d", kind))
+	}
+	if err := d.Finish(); err != nil {
+		return opResult{}, fmt.Errorf("%w: %w", errOpWire, err)
+	}
+	return r, nil
+}
