@@ -111,7 +111,9 @@ func absDur(d time.Duration) time.Duration {
 // clockLoop samples every peer's clock once a second and acts on the
 // verdict: a skewed leader hands leadership over.
 func (n *Node) clockLoop() {
-	for n.sleep(time.Second) {
+	// The first samples are taken at once, so a node that has just started
+	// has a verdict before it may have to lead.
+	for first := true; first || n.sleep(time.Second); first = false {
 		members := n.sampleClocks()
 		if n.clock.evaluate(members, n.cfg.NodeID, n.cfg.Now(), n.cfg.MaxClockSkew) {
 			skewed, med := n.clock.verdict()

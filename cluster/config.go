@@ -45,7 +45,9 @@ type Config struct {
 	Logger hclog.Logger
 
 	// HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout and CommitTimeout
-	// tune Raft; the defaults are hashicorp/raft's (1 s, 1 s, 500 ms, 50 ms).
+	// tune Raft; the defaults are hashicorp/raft's (1 s, 1 s, 500 ms, 50 ms),
+	// except that the leader lease defaults to at most the heartbeat timeout,
+	// which Raft requires.
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -94,7 +96,6 @@ func (c *Config) setDefaults() {
 	}{
 		{&c.HeartbeatTimeout, time.Second},
 		{&c.ElectionTimeout, time.Second},
-		{&c.LeaderLeaseTimeout, 500 * time.Millisecond},
 		{&c.CommitTimeout, 50 * time.Millisecond},
 		{&c.SnapshotInterval, 120 * time.Second},
 		{&c.SweepInterval, time.Second},
@@ -105,6 +106,9 @@ func (c *Config) setDefaults() {
 		if *x.v <= 0 {
 			*x.v = x.d
 		}
+	}
+	if c.LeaderLeaseTimeout <= 0 {
+		c.LeaderLeaseTimeout = min(500*time.Millisecond, c.HeartbeatTimeout)
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192

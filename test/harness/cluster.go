@@ -56,6 +56,9 @@ type Options struct {
 	// links between nodes and the HTTP listener; the cluster's client
 	// speaks HTTPS trusting that CA.
 	TLS bool
+	// NoRaftTiming leaves out the Raft timing flags, so the nodes run with
+	// holdfast's default timing.
+	NoRaftTiming bool
 	// TLSClientAuth (with TLS) starts every node with --tls-client-auth
 	// require against the cluster's CA, and the harness's client presents a
 	// client certificate of that CA.

@@ -124,8 +124,9 @@ func (n *Node) args(extra []string) []string {
 		"--http-addr", n.HTTPAddr,
 		"--raft-addr", n.RaftAddr,
 		"--log-level", o.LogLevel,
-		"--raft-heartbeat-timeout", o.HeartbeatTimeout.String(),
-		"--raft-election-timeout", o.ElectionTimeout.String(),
+	}
+	if !o.NoRaftTiming {
+		a = append(a, "--raft-heartbeat-timeout", o.HeartbeatTimeout.String(), "--raft-election-timeout", o.ElectionTimeout.String())
 	}
 	if n.HTTPAdvertise != "" {
 		a = append(a, "--http-advertise", n.HTTPAdvertise)

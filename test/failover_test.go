@@ -1,0 +1,104 @@
+//go:build unix
+
+package test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/test/harness"
+)
+
+// TestLeaderFailover SIGKILLs the leader of a three-node cluster running
+// holdfast's default Raft timing again and again, and measures each time how
+// long it takes until a write through a survivor is acknowledged: the
+// failover a client sees. It reports the distribution (a FAILOVER-RESULT
+// line); it fails only if a survivor accepts no write for 15 s, which no
+// correct cluster does. HOLDFAST_FAILOVER_KILLS sets the number of kills
+// (default 20).
+func TestLeaderFailover(t *testing.T) {
+	t.Parallel()
+	kills := 20
+	if v, err := strconv.Atoi(os.Getenv("HOLDFAST_FAILOVER_KILLS")); err == nil && v > 0 {
+		kills = v
+	}
+	// No timing flags: the nodes run with holdfast's defaults.
+	c := env.NewCluster(t, 3, harness.Options{NoRaftTiming: true})
+	c.StartBootstrap()
+	c.WaitLeader()
+	c.WaitAllReady()
+	ns := mintNamespace(t, c.Node(0))
+	var took []time.Duration
+	for i := range kills {
+		leader := c.WaitLeader()
+		c.WaitAllReady()
+		survivor := harness.Except(c.Nodes(), leader)[i%2]
+		c.Kill(leader)
+		killed := time.Now()
+		for n := 0; ; n++ {
+			if time.Since(killed) > 15*time.Second {
+				t.Fatalf("kill %d: no write through %s acknowledged within 15 s of killing %s", i+1, survivor.ID, leader.ID)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			r, err := survivor.Do(ctx, harness.Request{Method: http.MethodPost, Path: "/services/v1/lease",
+				JSON: map[string]any{"namespace": ns, "key": fmt.Sprintf("failover-%d-%d", i, n), "ttl_seconds": 60}})
+			cancel()
+			if err == nil && r.Status == http.StatusCreated {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		took = append(took, time.Since(killed))
+		c.Start(leader)
+		restarted := time.Now()
+		c.WaitAllReady()
+		// Each kill starts from a settled cluster: the restarted node's clock
+		// guard has compared clocks (it samples once a second).
+		for time.Since(restarted) < 2*time.Second {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	slices.Sort(took)
+	pct := func(p float64) time.Duration { return took[int(p*float64(len(took)-1))] }
+	line := fmt.Sprintf("FAILOVER-RESULT kills=%d p50=%v p90=%v p99=%v max=%v", kills,
+		pct(.5).Round(time.Millisecond), pct(.9).Round(time.Millisecond), pct(.99).Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+	t.Log(line)
+	fmt.Println(line)
+}
+
+// TestBenchCountsNoAbandonedProposals runs the load tool through every
+// node of a healthy cluster: it stops without abandoning a request, so the
+// service counts no proposal given up mid-flight (busy) or with an unknown
+// outcome, and the tool saw no error.
+func TestBenchCountsNoAbandonedProposals(t *testing.T) {
+	t.Parallel()
+	c, leader := formCluster(t, 3, harness.Options{Args: []string{"--rate-limit", "0"}})
+	put(t, leader, harness.Settings{"queues_per_client": 100000}, "")
+	for _, wl := range []string{"queue", "lease"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, err := exec.CommandContext(ctx, env.Binary, "bench", "--addr", harness.JoinList(c.Nodes()...),
+			"--workload", wl, "--clients", "16", "--duration", "3s").CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("bench --workload %s: %v\n%s", wl, err, out)
+		}
+		s := string(out)
+		for _, want := range []string{" errors=0 ", " busy=0", " outcome_unknown=0", " not_leader=0"} {
+			if !strings.Contains(s, want) {
+				t.Fatalf("bench --workload %s: output lacks %q:\n%s", wl, want, s)
+			}
+		}
+		if m := regexp.MustCompile(` applied=(\d+)`).FindStringSubmatch(s); m == nil || m[1] == "0" {
+			t.Fatalf("bench --workload %s: no applied proposals counted:\n%s", wl, s)
+		}
+	}
+}
