@@ -53,6 +53,12 @@ type testNode struct {
 // gets an unreachable join address and is added with Join on the leader.
 func startNode(t *testing.T, id string, bootstrap bool, logs io.Writer, cfg server.Config) *testNode {
 	t.Helper()
+	return startNodeWithKey(t, id, "mcp-test-cluster-key", bootstrap, logs, cfg)
+}
+
+// startNodeWithKey is startNode with the node's own cluster key.
+func startNodeWithKey(t *testing.T, id, key string, bootstrap bool, logs io.Writer, cfg server.Config) *testNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +71,7 @@ func startNode(t *testing.T, id string, bootstrap bool, logs io.Writer, cfg serv
 		HTTPAdvertise: ln.Addr().String(),
 		// The key is what proves a forwarding node to the leader, so the
 		// client's address travels with a forwarded call.
-		ClusterKey:         "mcp-test-cluster-key",
+		ClusterKey:         key,
 		Logger:             logger,
 		HeartbeatTimeout:   300 * time.Millisecond,
 		ElectionTimeout:    300 * time.Millisecond,
