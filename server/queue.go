@@ -210,7 +210,7 @@ func (s *Server) readQueue(ctx context.Context, a queueAuth, jobID string, stale
 	}
 	q := &queueRead{queue: a.queue, token: a.token, job: job, withJob: jobID != ""}
 	var r *fsm.QueueResult
-	if stale {
+	if stale || plantedStaleRead {
 		res := s.executeStaleRead(q)
 		r = &res
 	} else {
