@@ -152,6 +152,8 @@ func (c *Config) validate() error {
 
 func (c *Config) boltPath() string { return filepath.Join(c.DataDir, "raft.db") }
 
+func (c *Config) logPath() string { return filepath.Join(c.DataDir, "raft-log") }
+
 // PeerTransport returns an HTTP transport for calls to other nodes: HTTPS
 // with the node certificate when peer is set, plain HTTP otherwise.
 func PeerTransport(peer *tlsconf.Peer) *http.Transport {

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/raftlog"
 	"github.com/holdfast/holdfast/internal/tlsconf"
 )
 
@@ -26,8 +27,10 @@ type Node struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	stream    *tlsStream // nil without a peer identity
-	store     *raftboltdb.BoltStore
+	stream    *tlsStream            // nil without a peer identity
+	store     *raftboltdb.BoltStore // the stable store, and the log store of a data dir made before raftlog
+	logs      raft.LogStore         // the Raft log: a *raftlog.Store, or store
+	wal       *raftlog.Store        // nil when the log is in bolt
 
 	notifyCh   chan bool
 	proposeCh  chan *proposal
@@ -69,14 +72,14 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	hasState, err := raft.HasExistingState(n.store, n.store, snaps)
+	hasState, err := raft.HasExistingState(n.logs, n.store, snaps)
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("inspect existing raft state: %w", err)
 	}
 	// The log cache keeps recent entries in memory, so replicating them does
-	// not read them back from bolt.
-	logs, err := raft.NewLogCache(1024, n.store)
+	// not read them back from disk.
+	logs, err := raft.NewLogCache(1024, n.logs)
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("create log cache: %w", err)
@@ -119,6 +122,9 @@ func (n *Node) openStores() error {
 		return fmt.Errorf("open bolt store %s: %w", n.cfg.boltPath(), err)
 	}
 	n.store = store
+	if err := n.openLog(); err != nil {
+		return err
+	}
 
 	var advertise net.Addr
 	if n.cfg.RaftAdvertise != "" {
@@ -184,9 +190,37 @@ func (n *Node) PeerURL(addr, path string) string {
 // Peer returns this node's peer identity, or nil without peer TLS.
 func (n *Node) Peer() *tlsconf.Peer { return n.cfg.Peer }
 
+// openLog opens the Raft log: the segment log under DataDir/raft-log,
+// unless the data dir predates it and keeps its log in bolt.
+func (n *Node) openLog() error {
+	path := n.cfg.logPath()
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		last, err := n.store.LastIndex()
+		if err != nil {
+			return fmt.Errorf("inspect bolt log store: %w", err)
+		}
+		if last > 0 {
+			n.log.Info("keeping the raft log in bolt: this data dir was made before the segment log", "last_index", last)
+			n.logs = n.store
+			return nil
+		}
+	}
+	wal, err := raftlog.Open(path, raftlog.Options{Warn: n.log.Named("raftlog").Warn})
+	if err != nil {
+		return fmt.Errorf("open raft log %s: %w", path, err)
+	}
+	n.wal, n.logs = wal, wal
+	return nil
+}
+
 func (n *Node) closeStores() {
 	if n.transport != nil {
 		_ = n.transport.Close()
+	}
+	if n.wal != nil {
+		if err := n.wal.Close(); err != nil {
+			n.log.Error("close raft log", "error", err)
+		}
 	}
 	if n.store != nil {
 		if err := n.store.Close(); err != nil {

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/raftlog"
 	"github.com/holdfast/holdfast/internal/secret"
 )
 
@@ -445,5 +448,62 @@ func TestWithdrawnProposalIsNeverApplied(t *testing.T) {
 	taken.state.Store(proposalTaken)
 	if err := n.giveUp(taken, ErrBusy, context.DeadlineExceeded); !errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("giving up on a taken proposal: %v", err)
+	}
+}
+
+// TestBoltLogOfAnOlderDataDirIsKept opens a data dir whose Raft log is in
+// bolt, as data dirs made before the segment log are: the node keeps that
+// log, with its state, and makes no segment log beside it.
+func TestBoltLogOfAnOlderDataDirIsKept(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, "solo", dir, true)
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	if _, err := acquire(context.Background(), n, "k", "A"); err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+
+	// Move the log into bolt, the layout of an older data dir.
+	wal, err := raftlog.Open(cfg.logPath(), raftlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := wal.FirstIndex()
+	last, _ := wal.LastIndex()
+	var logs []*raft.Log
+	for i := first; i <= last; i++ {
+		l := new(raft.Log)
+		if err := wal.GetLog(i, l); err != nil {
+			t.Fatalf("read entry %d: %v", i, err)
+		}
+		logs = append(logs, l)
+	}
+	_ = wal.Close()
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: cfg.boltPath(), MsgpackUseNewTimeFormat: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bolt.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	_ = bolt.Close()
+	if err := os.RemoveAll(cfg.logPath()); err != nil {
+		t.Fatal(err)
+	}
+
+	n = open(t, testConfig(t, "solo", dir, true))
+	waitReadyLeader(t, n)
+	if n.wal != nil || n.logs != raft.LogStore(n.store) {
+		t.Fatal("the node did not keep the bolt log")
+	}
+	if _, err := os.Stat(cfg.logPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a segment log was made beside the bolt log: %v", err)
+	}
+	r, err := acquire(context.Background(), n, "k2", "B")
+	if err != nil || r.Outcome != fsm.LeaseGranted || r.FencingToken != 2 {
+		t.Fatalf("acquire after reopening: %+v, %v (want fencing token 2: the state came back)", r, err)
 	}
 }

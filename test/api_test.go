@@ -286,11 +286,12 @@ func noSecretsAtRest(t *testing.T, e *apiEnv) {
 		}
 	}
 
-	// Every node has its bolt log, a snapshot and its node id; the values
-	// stored raw by design are found in each bolt file and some snapshot,
-	// so the search demonstrably reads what it searches.
+	// Every node has its stable store, its Raft log segments, a snapshot
+	// and its node id; the values stored raw by design are found in each
+	// node's log and some snapshot, so the search demonstrably reads what
+	// it searches.
 	for _, n := range e.c.Nodes() {
-		var bolt, snaps []file
+		var bolt, segs, snaps []file
 		nodeID := true // written only when --node-id is not given
 		for _, f := range files {
 			if f.node != n.ID {
@@ -300,20 +301,26 @@ func noSecretsAtRest(t *testing.T, e *apiEnv) {
 			switch {
 			case rel == "raft.db":
 				bolt = append(bolt, f)
+			case strings.HasPrefix(rel, "raft-log"+string(filepath.Separator)) && strings.HasSuffix(rel, ".seg"):
+				segs = append(segs, f)
 			case strings.HasPrefix(rel, "snapshots"+string(filepath.Separator)) && strings.HasSuffix(rel, "state.bin"):
 				snaps = append(snaps, f)
 			case rel == "node-id":
 				nodeID = string(bytes.TrimSpace(f.data)) == n.ID
 			}
 		}
-		if len(bolt) != 1 || len(snaps) == 0 || !nodeID {
-			t.Errorf("%s: want raft.db, at least one snapshots/*/state.bin and no other node-id than %q; found %d bolt files, %d snapshots, node-id ok %v",
-				n.ID, n.ID, len(bolt), len(snaps), nodeID)
+		if len(bolt) != 1 || len(segs) == 0 || len(snaps) == 0 || !nodeID {
+			t.Errorf("%s: want raft.db, raft-log/*.seg, at least one snapshots/*/state.bin and no other node-id than %q; found %d bolt files, %d log segments, %d snapshots, node-id ok %v",
+				n.ID, n.ID, len(bolt), len(segs), len(snaps), nodeID)
 			continue
 		}
+		var raftLog []byte
+		for _, f := range segs {
+			raftLog = append(raftLog, f.data...)
+		}
 		for v, kind := range stored {
-			if !bytes.Contains(bolt[0].data, []byte(v)) {
-				t.Errorf("%s: the %s %q, stored raw by design, is not in %s: the search does not see the data", n.ID, kind, v, bolt[0].path)
+			if !bytes.Contains(raftLog, []byte(v)) {
+				t.Errorf("%s: the %s %q, stored raw by design, is not in the Raft log under %s: the search does not see the data", n.ID, kind, v, filepath.Join(n.DataDir, "raft-log"))
 			}
 			inSnap := false
 			for _, s := range snaps {

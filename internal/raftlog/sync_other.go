@@ -1,0 +1,8 @@
+//go:build !linux
+
+package raftlog
+
+import "os"
+
+// fdatasync flushes f; off Linux it is a full fsync.
+func fdatasync(f *os.File) error { return f.Sync() }
