@@ -17,7 +17,7 @@ import (
 type Config struct {
 	// NodeID is this node's Raft server id. It must stay the same across restarts.
 	NodeID string
-	// DataDir holds the bolt log store and the snapshots.
+	// DataDir holds the Raft log (raft-log/), the stable store (raft.db) and the snapshots.
 	DataDir string
 	// RaftBind is the address the Raft transport listens on.
 	RaftBind string

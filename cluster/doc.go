@@ -1,5 +1,6 @@
 // Package cluster is holdfast's Raft node: it wires hashicorp/raft to the
-// state machine with a bolt log store (fsync on), a file snapshot store and
+// state machine with a segment log store (internal/raftlog, one fdatasync per
+// append), a bolt stable store, a file snapshot store and
 // the TCP transport; forms, joins and reshapes the cluster; proposes commands
 // with a real deadline and honest error mapping; gates linearizable reads;
 // runs the leader-only sweeper; and keeps the node directory that maps Raft

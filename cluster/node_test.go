@@ -19,7 +19,7 @@ import (
 )
 
 // testConfig returns a fast-timing configuration for an in-process node
-// with real TCP on loopback and real bolt files. Nodes that must not
+// with real TCP on loopback and real log, stable-store and snapshot files. Nodes that must not
 // bootstrap themselves get an unreachable join address and are added with
 // Join on the leader.
 func testConfig(t *testing.T, id, dir string, bootstrap bool) Config {
