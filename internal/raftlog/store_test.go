@@ -245,7 +245,10 @@ func TestTornTailIsCutOff(t *testing.T) {
 	}
 }
 
-func TestCorruptionBeforeTheTailRefusesToOpen(t *testing.T) {
+// segmentedLog writes entries 1-40 into small segments and returns the
+// directory and its segment files in order.
+func segmentedLog(t *testing.T) (string, []string) {
+	t.Helper()
 	dir := t.TempDir()
 	s := open(t, dir, 200)
 	for i := uint64(1); i <= 40; i += 4 {
@@ -254,35 +257,38 @@ func TestCorruptionBeforeTheTailRefusesToOpen(t *testing.T) {
 		}
 	}
 	_ = s.Close()
-	m, _ := filepath.Glob(filepath.Join(dir, "*"+segmentSuffix))
-	b, _ := os.ReadFile(m[0])
-	b[len(b)/2] ^= 0xff
-	if err := os.WriteFile(m[0], b, 0o600); err != nil {
-		t.Fatal(err)
+	m, err := filepath.Glob(filepath.Join(dir, "*"+segmentSuffix))
+	if err != nil || len(m) < 3 {
+		t.Fatalf("segments %v, %v: want several", m, err)
 	}
+	return dir, m
+}
+
+// refusesToOpen asserts that the log in dir does not open.
+func refusesToOpen(t *testing.T, dir, what string) {
+	t.Helper()
 	if s, err := Open(dir, Options{SegmentSize: 200}); err == nil {
 		_ = s.Close()
-		t.Fatal("a corrupt record in an older segment was accepted")
+		t.Fatalf("%s was accepted", what)
 	}
 }
 
-func TestMissingSegmentRefusesToOpen(t *testing.T) {
-	dir := t.TempDir()
-	s := open(t, dir, 200)
-	for i := uint64(1); i <= 40; i += 4 {
-		if err := s.StoreLogs(entries(i, i+3)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_ = s.Close()
-	m, _ := filepath.Glob(filepath.Join(dir, "*"+segmentSuffix))
-	if err := os.Remove(m[len(m)/2]); err != nil {
+func TestCorruptionBeforeTheTailRefusesToOpen(t *testing.T) {
+	dir, segs := segmentedLog(t)
+	b, _ := os.ReadFile(segs[0])
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(segs[0], b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := Open(dir, Options{SegmentSize: 200}); err == nil {
-		_ = s.Close()
-		t.Fatal("a log with a missing segment was accepted")
+	refusesToOpen(t, dir, "a corrupt record in an older segment")
+}
+
+func TestMissingSegmentRefusesToOpen(t *testing.T) {
+	dir, segs := segmentedLog(t)
+	if err := os.Remove(segs[len(segs)/2]); err != nil {
+		t.Fatal(err)
 	}
+	refusesToOpen(t, dir, "a log with a missing segment")
 }
 
 // TestConcurrentReadsDuringAppendsAndDeletions reads entries while another
