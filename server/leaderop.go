@@ -49,6 +49,20 @@ type opResult struct {
 
 func refused(r reply) opResult { return opResult{refusal: &r} }
 
+// leadFor runs op on the leader and picks its result of the kind named
+// what; a refusal becomes the reply, and a result of another kind is the
+// leader's fault.
+func leadFor[T any](s *Server, ctx context.Context, op *leaderOp, what string, pick func(opResult) *T) (*T, reply) {
+	res := s.lead(ctx, op)
+	if res.refusal != nil {
+		return nil, *res.refusal
+	}
+	if r := pick(res); r != nil {
+		return r, reply{}
+	}
+	return nil, errReply(http.StatusInternalServerError, "the leader answered a "+what+" operation with another result", nil)
+}
+
 // execute runs op on this node, which must be the ready leader.
 func (s *Server) execute(ctx context.Context, op *leaderOp) opResult {
 	if op.read != nil {

@@ -173,14 +173,7 @@ func canonicalResult(raw json.RawMessage) ([]byte, *reply) {
 
 // leadLease runs a lease operation on the leader, mapping its refusals to replies.
 func (s *Server) leadLease(ctx context.Context, op *leaderOp) (*fsm.LeaseResult, reply) {
-	res := s.lead(ctx, op)
-	switch {
-	case res.refusal != nil:
-		return nil, *res.refusal
-	case res.lease == nil:
-		return nil, errReply(http.StatusInternalServerError, "the leader answered a lease operation with another result", nil)
-	}
-	return res.lease, reply{}
+	return leadFor(s, ctx, op, "lease", func(r opResult) *fsm.LeaseResult { return r.lease })
 }
 
 func heldBody(r *fsm.LeaseResult) gin.H {

@@ -230,14 +230,7 @@ func (s *Server) readQueue(ctx context.Context, a queueAuth, jobID string, stale
 
 // leadQueue runs a queue operation on the leader, mapping its refusals to replies.
 func (s *Server) leadQueue(ctx context.Context, op *leaderOp) (*fsm.QueueResult, reply) {
-	res := s.lead(ctx, op)
-	switch {
-	case res.refusal != nil:
-		return nil, *res.refusal
-	case res.queue == nil:
-		return nil, errReply(http.StatusInternalServerError, "the leader answered a queue operation with another result", nil)
-	}
-	return res.queue, reply{}
+	return leadFor(s, ctx, op, "queue", func(r opResult) *fsm.QueueResult { return r.queue })
 }
 
 func queueBody(q fsm.QueueView) gin.H {

@@ -549,34 +549,39 @@ func (p *parser) hex4() (rune, bool) {
 
 // appendString appends s, which is valid UTF-8, as a canonical JSON string.
 func appendString(dst, s []byte) []byte {
-	const hexDigits = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i, c := range s {
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
+		dst = AppendEscapedASCII(append(dst, s[start:i]...), c)
 		start = i + 1
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// AppendEscapedASCII appends the JSON escape of c, which is '"', '\\' or a
+// control character below 0x20: the two-character form where JSON has one,
+// else \u00XX. Canonical and encoding/json output agree on these.
+func AppendEscapedASCII(dst []byte, c byte) []byte {
+	const hexDigits = "0123456789abcdef"
+	switch c {
+	case '"', '\\':
+		return append(dst, '\\', c)
+	case '\b':
+		return append(dst, '\\', 'b')
+	case '\f':
+		return append(dst, '\\', 'f')
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
+	}
+	return append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 }
 
 // number validates the JSON number at p.pos and appends its canonical form.

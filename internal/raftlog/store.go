@@ -185,8 +185,9 @@ func openSegment(dir string, base uint64, tail bool, warn func(string, ...any)) 
 	g := &segment{base: base, path: path, f: f}
 	off := int64(0)
 	for off < int64(len(data)) {
-		n, idx, ok := scanRecord(data[off:])
-		if !ok || idx != base+g.count() {
+		var l raft.Log
+		n, ok := readRecord(data[off:], &l)
+		if !ok || l.Index != base+g.count() {
 			if allZero(data[off:]) {
 				break // the unused, zero-filled rest of the segment
 			}
@@ -208,25 +209,24 @@ func openSegment(dir string, base uint64, tail bool, warn func(string, ...any)) 
 	return g, nil
 }
 
-// scanRecord checks the record at the start of b: its length, checksum and
-// payload. It returns the record's size and its entry's index.
-func scanRecord(b []byte) (size int, index uint64, ok bool) {
+// readRecord checks the record at the start of b (its length and checksum)
+// and decodes its payload into l. It returns the record's size.
+func readRecord(b []byte, l *raft.Log) (size int, ok bool) {
 	if len(b) < headerSize {
-		return 0, 0, false
+		return 0, false
 	}
 	n := binary.LittleEndian.Uint32(b)
 	if n == 0 || n > maxRecord || int64(n) > int64(len(b)-headerSize) {
-		return 0, 0, false
+		return 0, false
 	}
 	payload := b[headerSize : headerSize+int(n)]
 	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
-		return 0, 0, false
+		return 0, false
 	}
-	var l raft.Log
-	if err := decodePayload(payload, &l); err != nil {
-		return 0, 0, false
+	if decodePayload(payload, l) != nil {
+		return 0, false
 	}
-	return headerSize + int(n), l.Index, true
+	return headerSize + int(n), true
 }
 
 // setBounds computes first and last from the segments, before the store
@@ -281,15 +281,11 @@ func (s *Store) GetLog(index uint64, log *raft.Log) error {
 		}
 		return fmt.Errorf("raftlog: read entry %d: %w", index, err)
 	}
-	n, idx, ok := scanRecord(b)
-	if !ok || n != len(b) || idx != index {
+	if n, ok := readRecord(b, log); !ok || n != len(b) || log.Index != index {
 		if s.deleted(index) {
 			return raft.ErrLogNotFound
 		}
 		return fmt.Errorf("raftlog: entry %d: bad record in %s at offset %d", index, g.path, off)
-	}
-	if err := decodePayload(b[headerSize:], log); err != nil {
-		return fmt.Errorf("raftlog: decode entry %d: %w", index, err)
 	}
 	return nil
 }
