@@ -24,15 +24,24 @@ import (
 // failover a client sees. It reports the distribution (a FAILOVER-RESULT
 // line); it fails only if a survivor accepts no write for 15 s, which no
 // correct cluster does. HOLDFAST_FAILOVER_KILLS sets the number of kills
-// (default 20).
+// (default 20); HOLDFAST_FAILOVER_RAFT_TIMEOUT (e.g. 1s) runs the nodes with
+// that heartbeat and election timeout instead of the defaults.
 func TestLeaderFailover(t *testing.T) {
 	t.Parallel()
 	kills := 20
 	if v, err := strconv.Atoi(os.Getenv("HOLDFAST_FAILOVER_KILLS")); err == nil && v > 0 {
 		kills = v
 	}
-	// No timing flags: the nodes run with holdfast's defaults.
-	c := env.NewCluster(t, 3, harness.Options{NoRaftTiming: true})
+	// No timing flags: the nodes run with holdfast's defaults, unless asked.
+	opts := harness.Options{NoRaftTiming: true}
+	if v := os.Getenv("HOLDFAST_FAILOVER_RAFT_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("HOLDFAST_FAILOVER_RAFT_TIMEOUT=%q: want a positive duration such as 1s", v)
+		}
+		opts.Args = []string{"--raft-heartbeat-timeout", d.String(), "--raft-election-timeout", d.String()}
+	}
+	c := env.NewCluster(t, 3, opts)
 	c.StartBootstrap()
 	c.WaitLeader()
 	c.WaitAllReady()
