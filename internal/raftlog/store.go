@@ -2,9 +2,12 @@
 // durable with one fdatasync: entries are appended to segment files as
 // checksummed records, and a batch of entries is one write and one sync.
 //
-// The store is monotonic (raft.MonotonicLogStore): entries are stored in
-// index order without gaps; after a snapshot is installed Raft deletes every
-// entry instead of leaving a gap. Deleting a prefix removes whole segment
+// Entries are stored in index order without gaps. Raft appends past a gap
+// only after installing a snapshot that covers the entry before the gap, so
+// the entries before it are dropped then. The store does not declare itself
+// monotonic (raft.MonotonicLogStore): Raft v1.7.3 then deletes every entry
+// after installing a snapshot but keeps its cached last index, which lets a
+// follower holding entries past the snapshot accept appends past a hole. Deleting a prefix removes whole segment
 // files; deleting a suffix truncates one. After a crash, a torn record at the
 // end of the newest segment is cut off when the store is opened; a bad record
 // anywhere else is corruption and the store refuses to open.
@@ -99,8 +102,7 @@ type Store struct {
 }
 
 var (
-	_ raft.LogStore          = (*Store)(nil)
-	_ raft.MonotonicLogStore = (*Store)(nil)
+	_ raft.LogStore = (*Store)(nil)
 )
 
 // Open opens the store in dir, creating the directory if needed, and
@@ -258,9 +260,6 @@ func (s *Store) LastIndex() (uint64, error) {
 	return s.last, nil
 }
 
-// IsMonotonic tells Raft that the store keeps no gaps.
-func (s *Store) IsMonotonic() bool { return true }
-
 // GetLog reads the entry at index into log.
 func (s *Store) GetLog(index uint64, log *raft.Log) error {
 	s.mu.RLock()
@@ -302,8 +301,9 @@ func (s *Store) StoreLog(log *raft.Log) error {
 	return s.StoreLogs([]*raft.Log{log})
 }
 
-// StoreLogs appends entries in index order, contiguous with the log, with
-// one write and one fdatasync.
+// StoreLogs appends entries in index order, contiguous with the log or
+// past a gap (which drops every entry held), with one write and one
+// fdatasync.
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -314,8 +314,16 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	last := s.last
 	s.mu.RUnlock()
 	next := logs[0].Index
-	if next == 0 || (last != 0 && next != last+1) {
+	if next == 0 || (last != 0 && next <= last) {
 		return fmt.Errorf("%w: appending %d after %d", ErrNotContiguous, next, last)
+	}
+	if last != 0 && next > last+1 {
+		// Past a gap: Raft installed a snapshot covering entry next-1, and
+		// with it every entry held here.
+		s.setRange(0, 0)
+		if err := s.removeSegments(0, len(s.segs)); err != nil {
+			return err
+		}
 	}
 	buf := s.buf[:0]
 	offs := make([]int64, 0, len(logs))
@@ -513,13 +521,20 @@ func (s *Store) deleteSuffix(min uint64) error {
 }
 
 // removeSegments deletes the files of segments [from, to) and drops them;
-// none of their entries is within the bounds any more. Called under wmu.
+// none of their entries is within the bounds any more. The oldest file goes
+// first when a prefix is deleted, the newest first otherwise, so a crash
+// part way leaves contiguous entries that are either kept or covered by a
+// snapshot. Called under wmu.
 func (s *Store) removeSegments(from, to int) error {
 	if from >= to {
 		return nil
 	}
 	gone := slices.Clone(s.segs[from:to])
-	for _, g := range gone {
+	order := slices.Clone(gone)
+	if from > 0 || to == len(s.segs) {
+		slices.Reverse(order)
+	}
+	for _, g := range order {
 		if err := os.Remove(g.path); err != nil {
 			return fmt.Errorf("raftlog: remove segment: %w", err)
 		}

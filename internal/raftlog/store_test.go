@@ -97,7 +97,6 @@ func TestRefusesGapsAndDisorder(t *testing.T) {
 		t.Fatalf("an empty log accepts any start: %v", err)
 	}
 	for name, ls := range map[string][]*raft.Log{
-		"gap":       entries(11, 12),
 		"overlap":   entries(9, 10),
 		"disorder":  {entry(10), entry(12)},
 		"index 0":   {{Index: 0}},
@@ -108,6 +107,22 @@ func TestRefusesGapsAndDisorder(t *testing.T) {
 		}
 	}
 	checkRange(t, s, 5, 9)
+}
+
+// TestAppendPastAGapDropsEverythingHeld: Raft appends past a gap only after
+// installing a snapshot that covers the entry before it.
+func TestAppendPastAGapDropsEverythingHeld(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, 200)
+	if err := s.StoreLogs(entries(1, 30)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreLogs(entries(50, 55)); err != nil {
+		t.Fatalf("append past a gap: %v", err)
+	}
+	checkRange(t, s, 50, 55)
+	_ = s.Close()
+	checkRange(t, open(t, dir, 200), 50, 55)
 }
 
 func TestSegmentsPrefixAndSuffixDeletion(t *testing.T) {
