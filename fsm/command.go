@@ -449,7 +449,14 @@ func (c *SetSettings) decodeBody(d *wire.Decoder, _ byte) {
 // Encode returns the log-entry bytes of c: its type byte, the body version
 // and the body.
 func Encode(c Command) []byte {
-	e := wire.NewEncoder(make([]byte, 0, 160))
+	size := 160 // every fixed-size field of the largest command
+	switch c := c.(type) {
+	case *JobEnqueue:
+		size += len(c.Key) + len(c.Payload)
+	case *LeaseComplete:
+		size += len(c.Result)
+	}
+	e := wire.NewEncoder(make([]byte, 0, size))
 	e.Byte(byte(c.Type()))
 	e.Byte(bodyVersion)
 	c.encodeBody(e)

@@ -161,7 +161,7 @@ func (f *FSM) ReadJob(id secret.ID, tok secret.Hash, jid secret.ID, nodeNow int6
 	if !ok {
 		return QueueResult{Outcome: JobNotFound, Now: now}
 	}
-	return QueueResult{Outcome: QueueFound, Now: now, Queue: f.st.queueView(q, now), Job: f.st.jobView(q, q.jobs[i], now)}
+	return QueueResult{Outcome: QueueFound, Now: now, Queue: queueHeader(q), Job: f.st.jobView(q, q.jobs[i], now)}
 }
 
 // Authorize reports whether tok grants role r on a live queue: 0 when it

@@ -84,8 +84,15 @@ func (s *state) jobView(q *queue, j *job, now int64) *JobView {
 	return v
 }
 
+// queueHeader is a queue's view without the counts by status, which take a
+// pass over its jobs: only Counts.Total is set.
+func queueHeader(q *queue) QueueView {
+	return QueueView{ID: q.id, CreatedAt: q.createdAt, ExpiresAt: q.expiresAt, Counts: Counts{Total: len(q.jobs)}}
+}
+
+// queueView is a queue's view with its jobs counted by status at time now.
 func (s *state) queueView(q *queue, now int64) QueueView {
-	v := QueueView{ID: q.id, CreatedAt: q.createdAt, ExpiresAt: q.expiresAt}
+	v := queueHeader(q)
 	for _, j := range q.jobs {
 		switch effectiveStatus(j, now, s.settings.QueueMaxAttempts) {
 		case JobPending:
@@ -98,14 +105,15 @@ func (s *state) queueView(q *queue, now int64) QueueView {
 			v.Counts.Failed++
 		}
 	}
-	v.Counts.Total = len(q.jobs)
 	return v
 }
 
+// queueResult is a command's result. Its queue view has no counts by status
+// (see QueueResult.Queue): no answer to a job operation shows them.
 func (s *state) queueResult(o QueueOutcome, q *queue, j *job) QueueResult {
 	r := QueueResult{Outcome: o, Now: s.clock}
 	if q != nil {
-		r.Queue = s.queueView(q, s.clock)
+		r.Queue = queueHeader(q)
 		if j != nil {
 			r.Job = s.jobView(q, j, s.clock)
 		}

@@ -195,7 +195,9 @@ type JobView struct {
 type QueueResult struct {
 	Outcome QueueOutcome
 	// Now is the state-machine time the command was applied at.
-	Now   int64
+	Now int64
+	// Queue is the queue's view. Its Counts hold only Total, except in the
+	// answer to a queue read (ReadQueue), which counts the jobs by status.
 	Queue QueueView
 	// Job is set for outcomes about one job.
 	Job    *JobView

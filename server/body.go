@@ -49,21 +49,30 @@ func (s *Server) bufferBody(limit int64) gin.HandlerFunc {
 	}
 }
 
-// bodyKey is the gin context key of the buffered body.
-const bodyKey = "holdfast.body"
+// bufferedRequestBody is a request body read whole: a reader for any later reader of
+// the request's body, and the bytes for handlers that decode them in place.
+type bufferedRequestBody struct {
+	bytes.Reader
+	b []byte
+}
+
+// Close implements io.Closer; there is nothing to release.
+func (h *bufferedRequestBody) Close() error { return nil }
 
 // setBody makes b the request's body again, for a later reader.
 func setBody(c *gin.Context, b []byte) {
-	c.Request.Body = io.NopCloser(bytes.NewReader(b))
+	h := &bufferedRequestBody{b: b}
+	h.Reset(b)
+	c.Request.Body = h
 	c.Request.ContentLength = int64(len(b))
-	c.Set(bodyKey, b)
 }
 
 // bufferedBody is the body bufferBody read (nil when there was none).
 func bufferedBody(c *gin.Context) []byte {
-	b, _ := c.Get(bodyKey)
-	body, _ := b.([]byte)
-	return body
+	if h, ok := c.Request.Body.(*bufferedRequestBody); ok {
+		return h.b
+	}
+	return nil
 }
 
 func tooLargeBody(limit int64) reply {

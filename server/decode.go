@@ -28,10 +28,10 @@ func readJSONBody(c *gin.Context, limit int64, allowEmpty bool) ([]byte, error) 
 	if ct == "" && allowEmpty && c.Request.ContentLength <= 0 {
 		return []byte("{}"), nil
 	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil || mt != "application/json" {
+	if !isJSONMediaType(ct) {
 		return nil, &bodyError{http.StatusUnsupportedMediaType, "Content-Type must be application/json", ""}
 	}
+	var err error
 	b := bufferedBody(c)
 	if b == nil {
 		b, err = io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
@@ -73,4 +73,14 @@ func bindJSON(c *gin.Context, limit int64, allowEmpty bool, dst any) bool {
 		return false
 	}
 	return true
+}
+
+// isJSONMediaType reports whether a Content-Type names application/json,
+// with or without parameters; the common exact forms skip the parser.
+func isJSONMediaType(ct string) bool {
+	if ct == "application/json" || ct == "application/json; charset=utf-8" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
 }

@@ -108,6 +108,9 @@ func (s *Server) leaderTarget(ctx context.Context, forwarded bool) (local bool, 
 // waitReady waits, for at most LeaderWait, until this node is a ready
 // leader. It returns false at once if the node stops leading.
 func (s *Server) waitReady(ctx context.Context) bool {
+	if s.node.IsReadyLeader() {
+		return true
+	}
 	deadline := time.Now().Add(s.cfg.LeaderWait)
 	for !s.node.IsReadyLeader() {
 		if !s.node.IsLeader() || time.Now().After(deadline) {

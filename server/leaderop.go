@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/internal/secret"
@@ -194,7 +195,11 @@ func decodeOptInt(d *wire.Decoder) *int64 {
 
 // encode appends op's wire form to buf.
 func (op *leaderOp) encode(buf []byte) []byte {
-	e := wire.NewEncoder(buf)
+	var cmd []byte
+	if op.read == nil {
+		cmd = fsm.Encode(op.cmd)
+	}
+	e := wire.NewEncoder(slices.Grow(buf, opFixedRoom+len(cmd)))
 	e.Byte(opWireVersion)
 	switch {
 	case op.read != nil && op.read.withJob:
@@ -210,7 +215,7 @@ func (op *leaderOp) encode(buf []byte) []byte {
 		e.Byte(opWrite)
 		encodeOptInt(e, op.ttl)
 		encodeOptInt(e, op.visibility)
-		e.Blob(fsm.Encode(op.cmd))
+		e.Blob(cmd)
 	}
 	return e.Bytes()
 }
@@ -265,9 +270,21 @@ func apiCommand(cmd fsm.Command) bool {
 	return false
 }
 
+// opFixedRoom is more than the fixed-size fields of an operation or of a
+// result take on the wire; encoders reserve it (plus any variable-size
+// field) so that encoding allocates once.
+const opFixedRoom = 128
+
 // encode appends the result's wire form to buf.
 func (r opResult) encode(buf []byte) ([]byte, error) {
-	e := wire.NewEncoder(buf)
+	room := opFixedRoom
+	switch {
+	case r.lease != nil:
+		room += len(r.lease.Result)
+	case r.queue != nil && r.queue.Job != nil:
+		room += opFixedRoom + len(r.queue.Job.Key) + len(r.queue.Job.Payload)
+	}
+	e := wire.NewEncoder(slices.Grow(buf, room))
 	e.Byte(opWireVersion)
 	switch {
 	case r.refusal != nil:
