@@ -242,7 +242,10 @@ func (s *state) applyJobClaim(c *JobClaim) QueueResult {
 	if !s.visibilityValid(c.VisibilitySeconds) {
 		return QueueResult{Outcome: QueueInvalid, Now: s.clock}
 	}
-	for i := range q.jobs {
+	if q.epoch == s.epoch {
+		q.skipSettled()
+	}
+	for i := q.settled; i < len(q.jobs); i++ {
 		j := q.jobs[i]
 		if j.status == JobClaimedStatus && j.visibleAt <= s.clock {
 			q = s.mutQueue(q)
@@ -260,9 +263,21 @@ func (s *state) applyJobClaim(c *JobClaim) QueueResult {
 		j.updatedAt = s.clock
 		j.visibleAt = min(s.clock+secondsToMillis(c.VisibilitySeconds), q.expiresAt)
 		s.timers.set(claimTimer(q.id, j.id), j.visibleAt)
+		q.skipSettled()
 		return s.queueResult(JobClaimed, q, j)
 	}
 	return s.queueResult(QueueEmpty, q, nil)
+}
+
+// skipSettled moves q.settled past leading jobs that are completed or
+// failed. q must be writable.
+func (q *queue) skipSettled() {
+	for q.settled < len(q.jobs) {
+		if st := q.jobs[q.settled].status; st != JobCompleted && st != JobFailed {
+			return
+		}
+		q.settled++
+	}
 }
 
 // receiptJob resolves the queue, the job and the receipt shared by ack,
@@ -306,6 +321,7 @@ func (s *state) applyJobAck(c *JobAck) QueueResult {
 	j.updatedAt = s.clock
 	j.completedAt = s.clock
 	j.visibleAt = 0
+	q.skipSettled()
 	return s.queueResult(JobAcked, q, j)
 }
 

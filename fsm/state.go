@@ -42,8 +42,13 @@ type queue struct {
 	worker    secret.Hash
 	read      secret.Hash
 	jobs      []*job // enqueue order; jobs are never removed before the queue
-	byKey     map[string]int
-	byID      map[secret.ID]int
+	// settled is a count of leading jobs known to be completed or failed,
+	// which never change again: a claim's search starts after them. It is
+	// a cache, not state: any value up to the true count (0 after a restore)
+	// gives the same claims.
+	settled int
+	byKey   map[string]int
+	byID    map[secret.ID]int
 }
 
 type job struct {
