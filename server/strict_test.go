@@ -216,3 +216,22 @@ func TestDecodeStrictKeepsValues(t *testing.T) {
 		t.Fatalf("decoded %+v", acq)
 	}
 }
+
+func TestIsJSONMediaType(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"application/json":                  true,
+		"application/json; charset=utf-8":   true,
+		"Application/JSON":                  true,
+		"application/json ; charset=UTF-8":  true,
+		"application/json;charset=utf-8":    true,
+		"":                                  false,
+		"text/plain":                        false,
+		"application/jsonx":                 false,
+		"application/json; charset":         false,
+		"application/x-www-form-urlencoded": false,
+	} {
+		if got := isJSONMediaType(ct); got != want {
+			t.Errorf("isJSONMediaType(%q) = %v, want %v", ct, got, want)
+		}
+	}
+}
