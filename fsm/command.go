@@ -449,7 +449,7 @@ func (c *SetSettings) decodeBody(d *wire.Decoder, _ byte) {
 // Encode returns the log-entry bytes of c: its type byte, the body version
 // and the body.
 func Encode(c Command) []byte {
-	size := 160 // every fixed-size field of the largest command
+	size := 160 // more than the fixed-size fields of any command take
 	switch c := c.(type) {
 	case *JobEnqueue:
 		size += len(c.Key) + len(c.Payload)
