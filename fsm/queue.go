@@ -242,9 +242,6 @@ func (s *state) applyJobClaim(c *JobClaim) QueueResult {
 	if !s.visibilityValid(c.VisibilitySeconds) {
 		return QueueResult{Outcome: QueueInvalid, Now: s.clock}
 	}
-	if q.epoch == s.epoch {
-		q.skipSettled()
-	}
 	for i := q.settled; i < len(q.jobs); i++ {
 		j := q.jobs[i]
 		if j.status == JobClaimedStatus && j.visibleAt <= s.clock {
@@ -321,7 +318,6 @@ func (s *state) applyJobAck(c *JobAck) QueueResult {
 	j.updatedAt = s.clock
 	j.completedAt = s.clock
 	j.visibleAt = 0
-	q.skipSettled()
 	return s.queueResult(JobAcked, q, j)
 }
 

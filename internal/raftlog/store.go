@@ -7,10 +7,11 @@
 // the entries before it are dropped then. The store does not declare itself
 // monotonic (raft.MonotonicLogStore): Raft v1.7.3 then deletes every entry
 // after installing a snapshot but keeps its cached last index, which lets a
-// follower holding entries past the snapshot accept appends past a hole. Deleting a prefix removes whole segment
-// files; deleting a suffix truncates one. After a crash, a torn record at the
-// end of the newest segment is cut off when the store is opened; a bad record
-// anywhere else is corruption and the store refuses to open.
+// follower holding entries past the snapshot accept appends past a hole.
+// Deleting a prefix removes whole segment files; deleting a suffix
+// truncates one. After a crash, a torn record at the end of the newest
+// segment is cut off when the store is opened; a bad record anywhere else
+// is corruption and the store refuses to open.
 package raftlog
 
 import (
