@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -259,7 +260,8 @@ func queueReply(r *fsm.QueueResult, receipt *string) reply {
 	case fsm.JobNotFound:
 		return errReply(http.StatusNotFound, "job not found in this queue", nil)
 	case fsm.QueueRateLimited:
-		rep := errReply(http.StatusTooManyRequests, "queue creation limit reached for this client address; retry after retry_after_seconds", gin.H{"retry_after_seconds": r.RetryAfterSeconds})
+		msg := fmt.Sprintf("queue creation limit reached for this client address (the replicated setting queues_per_client, see GET /cluster/settings); retry in %d seconds", r.RetryAfterSeconds)
+		rep := errReply(http.StatusTooManyRequests, msg, gin.H{"retry_after_seconds": r.RetryAfterSeconds})
 		rep.RetryAfter = int(r.RetryAfterSeconds)
 		return rep
 	case fsm.JobCreated, fsm.JobDeduplicated:

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -77,6 +78,6 @@ func (s *Server) limit() gin.HandlerFunc {
 			return
 		}
 		c.Header("Retry-After", strconv.Itoa(wait))
-		c.AbortWithStatusJSON(http.StatusTooManyRequests, gin.H{"ok": false, "error": "request rate limit exceeded for this client address", "retry_after_seconds": wait})
+		c.AbortWithStatusJSON(http.StatusTooManyRequests, gin.H{"ok": false, "error": fmt.Sprintf("request rate limit exceeded for this client address (--rate-limit of each node); retry in %d seconds", wait), "retry_after_seconds": wait})
 	}
 }

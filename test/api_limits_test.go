@@ -5,6 +5,7 @@ package test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,6 +122,9 @@ func queueQuota(t *testing.T, e *apiEnv, clientX, clientY *http.Client) {
 		ra := expectRetryAfter(t, what, a)
 		// The window is 24 h from the first creation, a few seconds ago.
 		between(t, what, "Retry-After", ra, lifecycle-120, lifecycle)
+		if msg, _ := a.m["error"].(string); !strings.Contains(msg, fmt.Sprintf("retry in %d seconds", ra)) {
+			t.Errorf("%s: the message %q does not say the seconds to wait (%d)", what, msg, ra)
+		}
 	}
 	check429("4th create via the leader", create(clientX, e.leader, call{}))
 	check429("4th create via a follower", create(clientX, e.follower, call{}))

@@ -8,9 +8,10 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/client"
 )
 
 // benchResult is what one load run measured.
@@ -46,11 +47,10 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()
 	}
-	addrs := fs.String("addr", envOr("HOLDFAST_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses; clients are spread over them")
+	o := addConnFlags(fs)
 	workload := fs.String("workload", "lease", "lease (acquire+release cycles) or queue (enqueue+claim+ack cycles)")
 	clients := fs.Int("clients", 64, "concurrent clients")
 	duration := fs.Duration("duration", 10*time.Second, "how long to run")
-	caFile := caFileFlag(fs)
 	profileDir := fs.String("cpu-profile-dir", "", "also write a CPU profile of every node, taken over the middle third of the run, to DIR/<address>.pprof (needs the cluster key in HOLDFAST_CLUSTER_KEY, or loopback)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -58,29 +58,25 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	list := splitList(*addrs)
-	if len(list) == 0 || *clients < 1 || *duration <= 0 {
-		fmt.Fprintln(stderr, "bench: need at least one address, one client and a positive duration")
+	if *clients < 1 || *duration <= 0 {
+		fmt.Fprintln(stderr, "bench: need at least one client and a positive duration")
 		return 2
 	}
-	tr, scheme, err := clientTransport(*caFile)
+	o.maxConns = *clients * 2
+	cl, err := o.client()
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
 	}
-	tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost = *clients*2, *clients*2
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	nodes := make([]string, len(list))
-	for i, a := range list {
-		nodes[i] = strings.TrimSuffix(newAPIClient(a, scheme, hc).base, APIPrefixForClients)
-	}
+	defer cl.CloseIdle()
+	hc, nodes := cl.HTTP(), cl.Addrs()
 	before, err := proposalCounts(hc, nodes)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
 	}
 	profiles := startProfiles(hc, nodes, *profileDir, *duration)
-	res, err := runBench(list, scheme, hc, *workload, *clients, *duration)
+	res, err := runBench(cl, *workload, *clients, *duration)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
@@ -102,8 +98,8 @@ func bench(args []string, stdout, stderr io.Writer) int {
 // At the end of d no client starts another cycle, but every request already
 // sent is let finish: the load tool never abandons a request, so the
 // service's count of proposals given up mid-flight means what it says.
-func runBench(addrs []string, scheme string, hc *http.Client, workload string, clients int, d time.Duration) (benchResult, error) {
-	var cycle func(ctx context.Context, c *apiClient, w *benchWorker) error
+func runBench(cl *client.Client, workload string, clients int, d time.Duration) (benchResult, error) {
+	var cycle func(ctx context.Context, c *client.Client, w *benchWorker) error
 	switch workload {
 	case "lease":
 		cycle = leaseCycle
@@ -120,7 +116,7 @@ func runBench(addrs []string, scheme string, hc *http.Client, workload string, c
 	start := time.Now()
 	end := start.Add(d)
 	for i := 0; i < clients; i++ {
-		c := newAPIClient(addrs[i%len(addrs)], scheme, hc)
+		c := cl.Rotate(i) // clients spread over the nodes
 		w := &benchWorker{id: i}
 		wg.Add(1)
 		go func() {
@@ -160,12 +156,12 @@ type benchWorker struct {
 	used  int
 }
 
-func leaseCycle(ctx context.Context, c *apiClient, w *benchWorker) error {
+func leaseCycle(ctx context.Context, c *client.Client, w *benchWorker) error {
 	if w.ns == "" {
 		var ans struct {
 			Namespace string `json:"namespace"`
 		}
-		if _, err := c.call(ctx, http.MethodPost, "/lease/namespace", "", map[string]any{}, &ans); err != nil {
+		if err := callJSON(ctx, c, http.MethodPost, "/lease/namespace", "", map[string]any{}, &ans); err != nil {
 			return err
 		}
 		w.ns = ans.Namespace
@@ -175,17 +171,17 @@ func leaseCycle(ctx context.Context, c *apiClient, w *benchWorker) error {
 	var held struct {
 		OwnerToken string `json:"owner_token"`
 	}
-	if _, err := c.call(ctx, http.MethodPost, "/lease", "", map[string]any{"namespace": w.ns, "key": key, "ttl_seconds": 30}, &held); err != nil {
+	if err := callJSON(ctx, c, http.MethodPost, "/lease", "", map[string]any{"namespace": w.ns, "key": key, "ttl_seconds": 30}, &held); err != nil {
 		return err
 	}
-	_, err := c.call(ctx, http.MethodPost, "/lease/release", "", map[string]any{"namespace": w.ns, "key": key, "owner_token": held.OwnerToken}, nil)
+	err := callJSON(ctx, c, http.MethodPost, "/lease/release", "", map[string]any{"namespace": w.ns, "key": key, "owner_token": held.OwnerToken}, nil)
 	return err
 }
 
-func queueCycle(ctx context.Context, c *apiClient, w *benchWorker) error {
+func queueCycle(ctx context.Context, c *client.Client, w *benchWorker) error {
 	if w.queue == nil || w.used >= 100 {
 		var q queueCreated
-		if _, err := c.call(ctx, http.MethodPost, "/queue", "", map[string]any{}, &q); err != nil {
+		if err := callJSON(ctx, c, http.MethodPost, "/queue", "", map[string]any{}, &q); err != nil {
 			return err
 		}
 		w.queue, w.used = &q, 0
@@ -193,18 +189,18 @@ func queueCycle(ctx context.Context, c *apiClient, w *benchWorker) error {
 	w.used++
 	w.n++
 	q := w.queue
-	if _, err := c.call(ctx, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken,
+	if err := callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken,
 		map[string]any{"job_key": fmt.Sprintf("job-%d", w.n), "payload": map[string]int{"n": w.n}}, nil); err != nil {
 		return err
 	}
 	var ans jobAnswer
-	if _, err := c.call(ctx, http.MethodPost, "/queue/"+q.QueueID+"/claim", q.WorkerToken, map[string]int{"visibility_timeout": 60}, &ans); err != nil {
+	if err := callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/claim", q.WorkerToken, map[string]int{"visibility_timeout": 60}, &ans); err != nil {
 		return err
 	}
 	if ans.Job == nil {
 		return errors.New("claim found no job")
 	}
-	_, err := c.call(ctx, http.MethodPost, "/queue/"+q.QueueID+"/jobs/"+ans.Job.JobID+"/ack", q.WorkerToken, map[string]string{"receipt": ans.Job.Receipt}, nil)
+	err := callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs/"+ans.Job.JobID+"/ack", q.WorkerToken, map[string]string{"receipt": ans.Job.Receipt}, nil)
 	return err
 }
 

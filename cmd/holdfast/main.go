@@ -7,6 +7,11 @@
 //	holdfast bench [flags]            closed-loop load against a cluster
 //	holdfast tls ca create [flags]    make a cluster CA
 //	holdfast tls cert create [flags]  issue a node or client certificate signed by the CA
+//	holdfast lease|queue|cluster ...  one API call, its JSON answer on stdout
+//	holdfast exec [flags] -- CMD      run a command under a lease
+//	holdfast work [flags] -- CMD      run a command per claimed job
+//	holdfast dev [flags]              a local cluster of real node processes
+//	holdfast version                  version, commit and Go version
 //	holdfast help                     show this help
 //
 // Every serve flag has a HOLDFAST_* environment equivalent (--data-dir is
@@ -38,6 +43,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return bench(args[1:], stdout, stderr)
 	case "tls":
 		return tlsCommand(args[1:], stdout, stderr)
+	case "lease":
+		return leaseCommand(args[1:], stdout, stderr)
+	case "queue":
+		return queueCommand(args[1:], stdout, stderr)
+	case "cluster":
+		return clusterCommand(args[1:], stdout, stderr)
+	case "exec":
+		return execCommand(args[1:], stdout, stderr)
+	case "work":
+		return workCommand(args[1:], stdout, stderr)
+	case "dev":
+		return devCommand(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		return version(stdout)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -55,6 +74,13 @@ Commands:
   example-worker  create a queue, enqueue a sample job, claim, handle, ack and read it back
   bench           closed-loop load: lease or queue cycles per second and latency percentiles
   tls             make a cluster CA and issue node and client certificates ("holdfast tls -h")
+  lease           namespace, acquire, renew, release, complete ("holdfast lease -h")
+  queue           create, enqueue, claim, ack, release, renew, get, job ("holdfast queue -h")
+  cluster         status, settings, join, remove ("holdfast cluster -h")
+  exec            run a command under a lease, with its fencing token in the environment
+  work            run a command for each claimed job: exit 0 acks, anything else releases
+  dev             start a local cluster of real node processes on free loopback ports
+  version         print the version, commit and Go version
   help            show this help
 
 Run "holdfast serve -h" for the node's flags.

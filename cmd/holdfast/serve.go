@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/internal/client"
 	"github.com/holdfast/holdfast/server"
 )
 
@@ -158,7 +159,7 @@ func offsetClock(d time.Duration) func() time.Time {
 // parsePeerAddrs parses "id=host:port,id=host:port".
 func parsePeerAddrs(s string) (map[string]string, error) {
 	out := map[string]string{}
-	for _, kv := range splitList(s) {
+	for _, kv := range client.SplitAddrs(s) {
 		id, addr, ok := strings.Cut(kv, "=")
 		if !ok || id == "" || addr == "" {
 			return nil, fmt.Errorf("%q is not id=host:port", kv)
@@ -169,16 +170,6 @@ func parsePeerAddrs(s string) (map[string]string, error) {
 		out[id] = addr
 	}
 	return out, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func serve(args []string, stderr io.Writer) int {
@@ -238,7 +229,7 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		RaftBind:          c.raftAddr,
 		RaftAdvertise:     c.raftAdvertise,
 		HTTPAdvertise:     httpAdvertise,
-		Join:              splitList(c.join),
+		Join:              client.SplitAddrs(c.join),
 		BootstrapExpect:   c.bootstrapExpect,
 		ClusterKey:        c.clusterKey,
 		Peer:              tlsSet.peer,

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/client"
 )
 
 func TestFlagsAndEnvironment(t *testing.T) {
@@ -25,7 +27,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if c.httpAddr != "127.0.0.1:8080" {
 		t.Fatalf("a flag on the command line must win over the environment, got %s", c.httpAddr)
 	}
-	if got := splitList(c.join); len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
+	if got := client.SplitAddrs(c.join); len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
 		t.Fatalf("join list %q", got)
 	}
 	if c.raftAddr != "127.0.0.1:7071" || c.rateLimit != 1000 {

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/client"
 )
 
 // Types of the answers the example worker reads.
@@ -45,23 +47,20 @@ const examplePayload = `{"report_id":42,"url":"http://203.0.113.7/never-fetched"
 func exampleWorker(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("holdfast example-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", envOr("HOLDFAST_ADDR", "127.0.0.1:7070"), "HTTP address of any holdfast node (HOLDFAST_ADDR)")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	caFile := caFileFlag(fs)
+	o := addConnFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	tr, scheme, err := clientTransport(*caFile)
+	c, err := o.client()
 	if err != nil {
 		fmt.Fprintf(stderr, "example-worker: %v\n", err)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	c := newAPIClient(*addr, scheme, &http.Client{Timeout: 15 * time.Second, Transport: tr})
+	defer c.CloseIdle()
+	ctx := context.Background()
 	if err := runExample(ctx, c, stdout); err != nil {
 		fmt.Fprintf(stderr, "example-worker: %v\n", err)
 		return 1
@@ -72,16 +71,16 @@ func exampleWorker(args []string, stdout, stderr io.Writer) int {
 // runExample creates a queue, enqueues one sample job, claims it as a
 // worker, handles it without executing anything, acknowledges it and reads
 // the completion back.
-func runExample(ctx context.Context, c *apiClient, out io.Writer) error {
+func runExample(ctx context.Context, c *client.Client, out io.Writer) error {
 	var q queueCreated
-	if _, err := c.call(ctx, http.MethodPost, "/queue", "", map[string]any{}, &q); err != nil {
+	if err := callJSON(ctx, c, http.MethodPost, "/queue", "", map[string]any{}, &q); err != nil {
 		return fmt.Errorf("create queue: %w", err)
 	}
 	fmt.Fprintf(out, "created queue %s (its three tokens stay in this process)\n", q.QueueID)
 
 	var enq jobAnswer
 	body := map[string]any{"job_key": "example:report-42", "payload": json.RawMessage(examplePayload)}
-	if _, err := c.call(ctx, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken, body, &enq); err != nil {
+	if err := callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken, body, &enq); err != nil {
 		return fmt.Errorf("enqueue: %w", err)
 	}
 	fmt.Fprintf(out, "enqueued job %s with key %s\n", enq.Job.JobID, enq.Job.JobKey)
@@ -93,17 +92,17 @@ func runExample(ctx context.Context, c *apiClient, out io.Writer) error {
 	fmt.Fprintf(out, "claimed job %s (attempt %d)\n", job.JobID, job.Attempts)
 	fmt.Fprintf(out, "handled job %s: %s\n", job.JobID, describePayload(job.Payload))
 
-	if _, err := c.call(ctx, http.MethodPost, "/queue/"+q.QueueID+"/jobs/"+job.JobID+"/ack", q.WorkerToken, map[string]string{"receipt": job.Receipt}, nil); err != nil {
+	if err := callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs/"+job.JobID+"/ack", q.WorkerToken, map[string]string{"receipt": job.Receipt}, nil); err != nil {
 		return fmt.Errorf("ack: %w", err)
 	}
 	fmt.Fprintf(out, "acknowledged job %s\n", job.JobID)
 
 	var read jobAnswer
-	if _, err := c.call(ctx, http.MethodGet, "/queue/"+q.QueueID+"/jobs/"+job.JobID, q.ReadToken, nil, &read); err != nil {
+	if err := callJSON(ctx, c, http.MethodGet, "/queue/"+q.QueueID+"/jobs/"+job.JobID, q.ReadToken, nil, &read); err != nil {
 		return fmt.Errorf("read job: %w", err)
 	}
 	var counts queueCounts
-	if _, err := c.call(ctx, http.MethodGet, "/queue/"+q.QueueID, q.ReadToken, nil, &counts); err != nil {
+	if err := callJSON(ctx, c, http.MethodGet, "/queue/"+q.QueueID, q.ReadToken, nil, &counts); err != nil {
 		return fmt.Errorf("read queue: %w", err)
 	}
 	if read.Job == nil || read.Job.Status != "completed" {
@@ -115,10 +114,10 @@ func runExample(ctx context.Context, c *apiClient, out io.Writer) error {
 
 // claimOne polls for a job with a delay while the queue is empty, a bounded
 // number of times.
-func claimOne(ctx context.Context, c *apiClient, q queueCreated) (*jobJSON, error) {
+func claimOne(ctx context.Context, c *client.Client, q queueCreated) (*jobJSON, error) {
 	for attempt := 0; attempt < 10; attempt++ {
 		var ans jobAnswer
-		if _, err := c.call(ctx, http.MethodPost, "/queue/"+q.QueueID+"/claim", q.WorkerToken, map[string]int{"visibility_timeout": 60}, &ans); err != nil {
+		if err := callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/claim", q.WorkerToken, map[string]int{"visibility_timeout": 60}, &ans); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		if ans.Job != nil {

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/client"
+)
+
+// Exit statuses of the client commands (the README's table).
+const (
+	exitOK       = 0 // success: granted, completed, enqueued, claimed, acked...
+	exitFailed   = 1 // anything else
+	exitUsage    = 2 // bad flags or arguments
+	exitLater    = 3 // held, rate limited, no leader, outcome unknown, empty queue: try later
+	exitConflict = 4 // the key is bound to another fingerprint, or the job key to another payload
+	exitLost     = 5 // the owner token or receipt no longer holds the lease or claim
+)
+
+// clientOpts are the flags every client command shares.
+type clientOpts struct {
+	addr, caFile, certFile, keyFile string
+	clusterKey                      *secretValue // nil unless the command takes --cluster-key
+	timeout                         time.Duration
+	field                           string
+	showStatus                      bool
+	maxConns                        int // connections per node (0: the client's default)
+}
+
+// addConnFlags registers the flags that say how to reach the nodes.
+func addConnFlags(fs *flag.FlagSet) *clientOpts {
+	o := &clientOpts{}
+	fs.StringVar(&o.addr, "addr", envOr("HOLDFAST_ADDR", "127.0.0.1:7070"), "comma-separated node addresses, tried in turn (HOLDFAST_ADDR)")
+	fs.StringVar(&o.caFile, "ca-file", envOr("HOLDFAST_CA_FILE", ""), "PEM CA bundle that verifies the nodes' HTTPS certificates; addresses without a scheme then use https (HOLDFAST_CA_FILE)")
+	fs.StringVar(&o.certFile, "cert-file", envOr("HOLDFAST_CERT_FILE", ""), "PEM client certificate, for nodes that require one (HOLDFAST_CERT_FILE)")
+	fs.StringVar(&o.keyFile, "key-file", envOr("HOLDFAST_KEY_FILE", ""), "PEM key of --cert-file (HOLDFAST_KEY_FILE)")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on each call, failover and waits included")
+	return o
+}
+
+// addClientFlags registers the flags of a command that makes one API call
+// and prints its answer.
+func addClientFlags(fs *flag.FlagSet) *clientOpts {
+	o := addConnFlags(fs)
+	fs.StringVar(&o.field, "field", "", "print only this field of the answer (dotted for nested: job.receipt), strings raw")
+	fs.BoolVar(&o.showStatus, "status", envOr("HOLDFAST_SHOW_STATUS", "") != "", "also print the HTTP status of a success to stderr (failures always show it) (HOLDFAST_SHOW_STATUS)")
+	return o
+}
+
+// client builds the API client the flags describe.
+func (o *clientOpts) client() (*client.Client, error) {
+	key := ""
+	if o.clusterKey != nil {
+		var err error
+		if key, err = o.clusterKey.get(); err != nil {
+			return nil, err
+		}
+	}
+	return client.New(client.Config{
+		Addrs:           client.SplitAddrs(o.addr),
+		CAFile:          o.caFile,
+		CertFile:        o.certFile,
+		KeyFile:         o.keyFile,
+		Timeout:         o.timeout,
+		ClusterKey:      key,
+		MaxConnsPerHost: o.maxConns,
+	})
+}
+
+// secretValue is a flag for a secret: the value itself, @FILE to read it
+// from a file, or empty to take it from an environment variable, so that it
+// need not appear in a process listing.
+type secretValue struct {
+	raw, env string
+	set      bool
+}
+
+func (s *secretValue) String() string { return "" } // never print a secret, not even as a default
+func (s *secretValue) Set(v string) error {
+	s.raw, s.set = v, true
+	return nil
+}
+
+// secretFlag registers a secret flag name whose fallback is the environment
+// variable env.
+func secretFlag(fs *flag.FlagSet, name, env, usage string) *secretValue {
+	s := &secretValue{env: env}
+	fs.Var(s, name, usage+": the value, @FILE, or the environment variable "+env)
+	return s
+}
+
+// get resolves the secret ("" when neither the flag nor the environment has it).
+func (s *secretValue) get() (string, error) {
+	v := s.raw
+	if !s.set {
+		v = os.Getenv(s.env)
+	}
+	if file, ok := strings.CutPrefix(v, "@"); ok {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("read the secret file of %s: %w", s.env, err)
+		}
+		v = strings.TrimRight(string(b), "\r\n")
+	}
+	return v, nil
+}
+
+// need resolves a secret that the command cannot do without.
+func (s *secretValue) need(flagName string) (string, error) {
+	v, err := s.get()
+	if err == nil && v == "" {
+		err = fmt.Errorf("--%s (or %s) is required", flagName, s.env)
+	}
+	return v, err
+}
+
+// jsonArg reads a JSON value given as text, @FILE or - (stdin) and checks
+// that it is one JSON value.
+func jsonArg(name, v string, stdin io.Reader) (json.RawMessage, error) {
+	var b []byte
+	var err error
+	switch {
+	case v == "-":
+		b, err = io.ReadAll(io.LimitReader(stdin, 1<<20))
+	case strings.HasPrefix(v, "@"):
+		b, err = os.ReadFile(v[1:])
+	default:
+		b = []byte(v)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read --%s: %w", name, err)
+	}
+	b = bytes.TrimSpace(b)
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("--%s is not one JSON value", name)
+	}
+	return b, nil
+}
+
+// usageError reports a usage problem and returns exitUsage.
+func usageError(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "holdfast %s: %v\n", cmd, err)
+	return exitUsage
+}
+
+// parseFlags parses args; it returns (status, false) when the command should
+// stop now (help asked, or a usage error, already reported by fs).
+func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// exitFor maps an answer to the command's exit status.
+func exitFor(r *client.Response) int {
+	switch {
+	case r.OK():
+		return exitOK
+	case r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable:
+		return exitLater
+	case r.Status != http.StatusConflict:
+		return exitFailed
+	}
+	m := r.Object()
+	switch m["status"] {
+	case "held":
+		return exitLater
+	case "conflict":
+		return exitConflict
+	case "lost":
+		return exitLost
+	}
+	if _, ok := m["reason"]; ok {
+		return exitLost // the receipt's claim expired, was superseded or the job completed
+	}
+	if _, ok := m["job_id"]; ok {
+		return exitConflict // the job key exists with another payload
+	}
+	return exitFailed // e.g. the queue's job limit
+}
+
+// errExit reports a call that got no answer and returns its exit status.
+func errExit(stderr io.Writer, cmd string, err error) int {
+	if errors.Is(err, client.ErrUnknown) {
+		fmt.Fprintf(stderr, "holdfast %s: %v; read the state before you repeat it\n", cmd, err)
+		return exitLater
+	}
+	fmt.Fprintf(stderr, "holdfast %s: %v\n", cmd, err)
+	return exitFailed
+}
+
+// printAnswer writes the answer (or its --field) to stdout, a one-line
+// summary of a failure to stderr, and returns the exit status.
+func printAnswer(stdout, stderr io.Writer, cmd, field string, showStatus bool, r *client.Response) int {
+	code := exitFor(r)
+	if code == exitOK && showStatus {
+		fmt.Fprintf(stderr, "HTTP %d %s\n", r.Status, http.StatusText(r.Status))
+	}
+	if code != exitOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(r.Body, &e)
+		fmt.Fprintf(stderr, "holdfast %s: HTTP %d: %s\n", cmd, r.Status, e.Error)
+	}
+	if field == "" {
+		stdout.Write(bytes.TrimRight(r.Body, "\n"))
+		fmt.Fprintln(stdout)
+		return code
+	}
+	v, ok := lookupField(r.Body, field)
+	if !ok {
+		if code == exitOK {
+			fmt.Fprintf(stderr, "holdfast %s: the answer has no field %q\n", cmd, field)
+			return exitFailed
+		}
+		return code
+	}
+	fmt.Fprintln(stdout, v)
+	return code
+}
+
+// lookupField finds a dotted field in a JSON object: strings come back raw,
+// other values as JSON.
+func lookupField(body []byte, path string) (string, bool) {
+	var cur json.RawMessage = body
+	for _, name := range strings.Split(path, ".") {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(cur, &m) != nil {
+			return "", false
+		}
+		v, ok := m[name]
+		if !ok {
+			return "", false
+		}
+		cur = v
+	}
+	var s string
+	if json.Unmarshal(cur, &s) == nil {
+		return s, true
+	}
+	return string(cur), true
+}
+
+// call is one client command's request and how its answer is shown.
+type call struct {
+	cmd  string
+	opts *clientOpts
+	req  client.Request
+	// emptyIsLater makes a 200 whose answer is {"job":null} exit exitLater.
+	emptyIsLater bool
+	// render, when set, writes a successful answer to stdout instead of
+	// the JSON body.
+	render func(body []byte, stdout io.Writer) error
+}
+
+// run sends the call and prints its answer.
+func (c call) run(stdout, stderr io.Writer) int {
+	cl, err := c.opts.client()
+	if err != nil {
+		return usageError(stderr, c.cmd, err)
+	}
+	defer cl.CloseIdle()
+	r, err := cl.Do(context.Background(), c.req)
+	if err != nil {
+		return errExit(stderr, c.cmd, err)
+	}
+	if c.render != nil && r.OK() {
+		printAnswer(io.Discard, stderr, c.cmd, "", c.opts.showStatus, r)
+		if err := c.render(r.Body, stdout); err != nil {
+			fmt.Fprintf(stderr, "holdfast %s: %v\n", c.cmd, err)
+			return exitFailed
+		}
+		return exitOK
+	}
+	code := printAnswer(stdout, stderr, c.cmd, c.opts.field, c.opts.showStatus, r)
+	if code == exitOK && c.emptyIsLater && isEmptyClaim(r.Body) {
+		return exitLater
+	}
+	return code
+}
+
+// isEmptyClaim says whether a claim's answer is {"job": null}.
+func isEmptyClaim(body []byte) bool {
+	var a struct {
+		Job json.RawMessage `json:"job"`
+	}
+	return json.Unmarshal(body, &a) == nil && (a.Job == nil || string(a.Job) == "null")
+}
+
+// marshalBody encodes a request body built by a command.
+func marshalBody(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode the request: %w", err)
+	}
+	return b, nil
+}
+
+// subcommand is one verb of a command group.
+type subcommand struct {
+	name, summary string
+	run           func(args []string, stdout, stderr io.Writer) int
+}
+
+// dispatch runs the verb args[0] of group.
+func dispatch(group string, subs []subcommand, args []string, stdout, stderr io.Writer) int {
+	list := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: holdfast %s <command> [flags]\n\nCommands:\n", group)
+		for _, s := range subs {
+			fmt.Fprintf(w, "  %-10s %s\n", s.name, s.summary)
+		}
+		fmt.Fprintf(w, "\nRun \"holdfast %s <command> -h\" for its flags.\n", group)
+	}
+	if len(args) == 0 {
+		list(stderr)
+		return exitUsage
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return s.run(args[1:], stdout, stderr)
+		}
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		list(stdout)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "holdfast %s: unknown command %q\n\n", group, args[0])
+	list(stderr)
+	return exitUsage
+}
+
+// newFlags makes the flag set of a client command.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("holdfast "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+
+	"github.com/holdfast/holdfast/internal/client"
+)
+
+// leaseCommand runs "holdfast lease <verb>".
+func leaseCommand(args []string, stdout, stderr io.Writer) int {
+	return dispatch("lease", []subcommand{
+		{"namespace", "mint a private namespace (a bearer secret)", leaseNamespace},
+		{"acquire", "acquire a key: 201 held with an owner token and fencing token, 200 completed with the stored result", leaseVerb("acquire")},
+		{"renew", "extend a held lease (same fencing token)", leaseVerb("renew")},
+		{"release", "give a held lease up", leaseVerb("release")},
+		{"complete", "finish a held lease with a result others then receive", leaseVerb("complete")},
+	}, args, stdout, stderr)
+}
+
+func leaseNamespace(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("lease namespace", stderr)
+	o := addClientFlags(fs)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	return call{cmd: "lease namespace", opts: o, req: client.Request{
+		Method: http.MethodPost, Path: client.APIPrefix + "/lease/namespace", Body: []byte(`{}`),
+	}}.run(stdout, stderr)
+}
+
+// leaseVerb builds acquire, renew, release and complete: they share the
+// namespace and key, and all but acquire need the owner token.
+func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
+	return func(args []string, stdout, stderr io.Writer) int {
+		name := "lease " + verb
+		fs := newFlags(name, stderr)
+		o := addClientFlags(fs)
+		ns := secretFlag(fs, "namespace", "HOLDFAST_NAMESPACE", "the namespace")
+		key := secretFlag(fs, "key", "HOLDFAST_KEY", "the lease key (a secret itself when there is no namespace)")
+		var owner *secretValue
+		if verb != "acquire" {
+			owner = secretFlag(fs, "owner-token", "HOLDFAST_OWNER_TOKEN", "the owner token from the acquire")
+		}
+		var ttl *int
+		if verb == "acquire" || verb == "renew" {
+			ttl = fs.Int("ttl", 0, "ttl_seconds (0: the server's default)")
+		}
+		fingerprint := ""
+		if verb == "acquire" {
+			fs.StringVar(&fingerprint, "fingerprint", "", "what this work is for: a completed key answers its result only to the same fingerprint")
+		}
+		result := ""
+		if verb == "complete" {
+			fs.StringVar(&result, "result", "", "the result: JSON text, @FILE or - for stdin (required)")
+		}
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		body := map[string]any{}
+		nsv, err := ns.get()
+		if err != nil {
+			return usageError(stderr, name, err)
+		}
+		if nsv != "" {
+			body["namespace"] = nsv
+		}
+		if body["key"], err = key.need("key"); err != nil {
+			return usageError(stderr, name, err)
+		}
+		if owner != nil {
+			if body["owner_token"], err = owner.need("owner-token"); err != nil {
+				return usageError(stderr, name, err)
+			}
+		}
+		if ttl != nil && *ttl != 0 {
+			body["ttl_seconds"] = *ttl
+		}
+		if fingerprint != "" {
+			body["fingerprint"] = fingerprint
+		}
+		if verb == "complete" {
+			if body["result"], err = jsonArg("result", result, os.Stdin); err != nil {
+				return usageError(stderr, name, err)
+			}
+		}
+		b, err := marshalBody(body)
+		if err != nil {
+			return usageError(stderr, name, err)
+		}
+		path := client.APIPrefix + "/lease"
+		if verb != "acquire" {
+			path += "/" + verb
+		}
+		return call{cmd: name, opts: o, req: client.Request{
+			Method: http.MethodPost, Path: path, Body: b,
+			// The README's error table: an acquire with a fingerprint may be
+			// repeated after an unknown outcome.
+			Repeatable: verb == "acquire" && fingerprint != "",
+		}}.run(stdout, stderr)
+	}
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+
+	"github.com/holdfast/holdfast/internal/client"
+)
+
+// queueRole names a queue token's role and the environment variable it is
+// read from by default.
+type queueRole struct{ name, env string }
+
+var (
+	writeRole  = queueRole{"write", "HOLDFAST_WRITE_TOKEN"}
+	workerRole = queueRole{"worker", "HOLDFAST_WORKER_TOKEN"}
+	readRole   = queueRole{"read", "HOLDFAST_READ_TOKEN"}
+)
+
+// queueCommand runs "holdfast queue <verb>".
+func queueCommand(args []string, stdout, stderr io.Writer) int {
+	return dispatch("queue", []subcommand{
+		{"create", "create a queue: its id and three role tokens, shown only now", queueCreate},
+		{"enqueue", "add a keyed JSON job (write token)", queueEnqueue},
+		{"claim", "claim the next job with a secret receipt (worker token); exit 3 when none is available", queueClaim},
+		{"ack", "mark a claimed job completed (worker token)", queueJobAction("ack")},
+		{"release", "give a claim up so the job can be claimed again (worker token)", queueJobAction("release")},
+		{"renew", "extend a claim's visibility window (worker token)", queueJobAction("renew")},
+		{"get", "read a queue's times and counts (read token)", queueGet},
+		{"job", "read one job (read token)", queueJob},
+	}, args, stdout, stderr)
+}
+
+// queueFlags are the flags of a command on one queue.
+type queueFlags struct {
+	fs    *flag.FlagSet
+	opts  *clientOpts
+	queue string
+	token *secretValue
+}
+
+func newQueueFlags(name string, role queueRole, stderr io.Writer) *queueFlags {
+	q := &queueFlags{fs: newFlags(name, stderr)}
+	q.opts = addClientFlags(q.fs)
+	q.fs.StringVar(&q.queue, "queue", envOr("HOLDFAST_QUEUE", ""), "queue id (HOLDFAST_QUEUE)")
+	q.token = secretFlag(q.fs, "token", role.env, "the queue's "+role.name+" token")
+	return q
+}
+
+// resolve checks the queue id and token after parsing.
+func (q *queueFlags) resolve() (string, error) {
+	if q.queue == "" {
+		return "", errors.New("--queue (or HOLDFAST_QUEUE) is required")
+	}
+	return q.token.need("token")
+}
+
+// path is a route under the queue.
+func (q *queueFlags) path(rest string) string {
+	return client.APIPrefix + "/queue/" + url.PathEscape(q.queue) + rest
+}
+
+// send runs the command's request.
+func (q *queueFlags) send(stdout, stderr io.Writer, req client.Request, emptyIsLater bool) int {
+	return call{cmd: q.fs.Name()[len("holdfast "):], opts: q.opts, req: req, emptyIsLater: emptyIsLater}.run(stdout, stderr)
+}
+
+func queueCreate(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("queue create", stderr)
+	o := addClientFlags(fs)
+	asEnv := fs.Bool("env", false, `print shell export lines of HOLDFAST_QUEUE and the three token variables instead of the answer (eval "$(holdfast queue create --env)")`)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	c := call{cmd: "queue create", opts: o, req: client.Request{
+		Method: http.MethodPost, Path: client.APIPrefix + "/queue", Body: []byte(`{}`),
+	}}
+	if *asEnv {
+		c.render = exportQueue
+	}
+	return c.run(stdout, stderr)
+}
+
+// exportQueue writes a queue's creation answer as shell export lines.
+func exportQueue(body []byte, stdout io.Writer) error {
+	var q queueCreated
+	if err := json.Unmarshal(body, &q); err != nil {
+		return fmt.Errorf("decode the answer: %w", err)
+	}
+	vars := []struct{ name, value string }{
+		{"HOLDFAST_QUEUE", q.QueueID}, {writeRole.env, q.WriteToken}, {workerRole.env, q.WorkerToken}, {readRole.env, q.ReadToken},
+	}
+	for _, v := range vars {
+		// Ids and tokens are hex: nothing a shell would expand.
+		if !isLowerHex(v.value) {
+			return fmt.Errorf("the answer's %s is not an id or token", v.name)
+		}
+		fmt.Fprintf(stdout, "export %s=%s\n", v.name, v.value)
+	}
+	return nil
+}
+
+// isLowerHex says whether s is non-empty lowercase hex.
+func isLowerHex(s string) bool {
+	for _, r := range s {
+		if (r < '0' || r > '9') && (r < 'a' || r > 'f') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func queueEnqueue(args []string, stdout, stderr io.Writer) int {
+	q := newQueueFlags("queue enqueue", writeRole, stderr)
+	key := q.fs.String("key", "", "job_key (required): the same key and payload again is deduplicated")
+	payload := q.fs.String("payload", "null", "the payload: JSON text, @FILE or - for stdin")
+	if code, ok := parseFlags(q.fs, args); !ok {
+		return code
+	}
+	token, err := q.resolve()
+	if err != nil {
+		return usageError(stderr, "queue enqueue", err)
+	}
+	p, err := jsonArg("payload", *payload, os.Stdin)
+	if err != nil {
+		return usageError(stderr, "queue enqueue", err)
+	}
+	b, err := marshalBody(map[string]any{"job_key": *key, "payload": p})
+	if err != nil {
+		return usageError(stderr, "queue enqueue", err)
+	}
+	// An enqueue has a key: repeating it is deduplicated.
+	return q.send(stdout, stderr, client.Request{Method: http.MethodPost, Path: q.path("/jobs"), Token: token, Body: b, Repeatable: true}, false)
+}
+
+func queueClaim(args []string, stdout, stderr io.Writer) int {
+	q := newQueueFlags("queue claim", workerRole, stderr)
+	vis := q.fs.Int("visibility", 0, "visibility_timeout in seconds (0: the server's default)")
+	if code, ok := parseFlags(q.fs, args); !ok {
+		return code
+	}
+	token, err := q.resolve()
+	if err != nil {
+		return usageError(stderr, "queue claim", err)
+	}
+	return q.send(stdout, stderr, client.Request{Method: http.MethodPost, Path: q.path("/claim"), Token: token, Body: claimBody(*vis)}, true)
+}
+
+// claimBody is a claim's request body.
+func claimBody(visibility int) []byte {
+	if visibility == 0 {
+		return []byte(`{}`)
+	}
+	b, _ := json.Marshal(map[string]int{"visibility_timeout": visibility})
+	return b
+}
+
+// queueJobAction builds ack, release and renew.
+func queueJobAction(action string) func(args []string, stdout, stderr io.Writer) int {
+	return func(args []string, stdout, stderr io.Writer) int {
+		name := "queue " + action
+		q := newQueueFlags(name, workerRole, stderr)
+		job := q.fs.String("job", envOr("HOLDFAST_JOB_ID", ""), "job id (HOLDFAST_JOB_ID)")
+		receipt := secretFlag(q.fs, "receipt", "HOLDFAST_RECEIPT", "the claim's receipt")
+		var vis *int
+		if action == "renew" {
+			vis = q.fs.Int("visibility", 0, "the new visibility_timeout in seconds (0: the server's default)")
+		}
+		if code, ok := parseFlags(q.fs, args); !ok {
+			return code
+		}
+		token, err := q.resolve()
+		if err != nil {
+			return usageError(stderr, name, err)
+		}
+		if *job == "" {
+			return usageError(stderr, name, errors.New("--job (or HOLDFAST_JOB_ID) is required"))
+		}
+		rc, err := receipt.need("receipt")
+		if err != nil {
+			return usageError(stderr, name, err)
+		}
+		body := map[string]any{"receipt": rc}
+		if vis != nil && *vis != 0 {
+			body["visibility_timeout"] = *vis
+		}
+		b, err := marshalBody(body)
+		if err != nil {
+			return usageError(stderr, name, err)
+		}
+		// An ack may be repeated with its receipt (the README's error table).
+		return q.send(stdout, stderr, client.Request{
+			Method: http.MethodPost, Path: q.path("/jobs/" + url.PathEscape(*job) + "/" + action),
+			Token: token, Body: b, Repeatable: action == "ack",
+		}, false)
+	}
+}
+
+func queueGet(args []string, stdout, stderr io.Writer) int {
+	q := newQueueFlags("queue get", readRole, stderr)
+	if code, ok := parseFlags(q.fs, args); !ok {
+		return code
+	}
+	token, err := q.resolve()
+	if err != nil {
+		return usageError(stderr, "queue get", err)
+	}
+	return q.send(stdout, stderr, client.Request{Method: http.MethodGet, Path: q.path(""), Token: token, Repeatable: true}, false)
+}
+
+func queueJob(args []string, stdout, stderr io.Writer) int {
+	q := newQueueFlags("queue job", readRole, stderr)
+	job := q.fs.String("job", envOr("HOLDFAST_JOB_ID", ""), "job id (HOLDFAST_JOB_ID)")
+	if code, ok := parseFlags(q.fs, args); !ok {
+		return code
+	}
+	token, err := q.resolve()
+	if err != nil {
+		return usageError(stderr, "queue job", err)
+	}
+	if *job == "" {
+		return usageError(stderr, "queue job", errors.New("--job (or HOLDFAST_JOB_ID) is required"))
+	}
+	return q.send(stdout, stderr, client.Request{Method: http.MethodGet, Path: q.path("/jobs/" + url.PathEscape(*job)), Token: token, Repeatable: true}, false)
+}

@@ -1,0 +1,371 @@
+// Package client is holdfast's one HTTP client of its own API: JSON over
+// HTTP or HTTPS (a CA bundle, an optional client certificate), an address
+// list with failover, and the README's rules for what may be sent again.
+//
+// A call moves to the next address when the request was never sent
+// (connection refused, no route, a failed TLS handshake) or when a node
+// answers 503 with outcome "not_applied": nothing happened there. After every
+// address has been tried once it waits for the longest Retry-After it was
+// given (at least a short pause) before the next round, all bounded by the
+// call's timeout. A request whose outcome is unknown (the connection broke
+// after the request was written, or 503 with outcome "unknown") is sent again
+// only when the caller marks it Repeatable, which the README's error table
+// allows for acquires with a fingerprint, enqueues and acks.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// APIPrefix is the path prefix of the REST API.
+const APIPrefix = "/services/v1"
+
+// DefaultTimeout bounds one call, its failover and waits included, when
+// Config.Timeout is zero.
+const DefaultTimeout = 30 * time.Second
+
+// maxBody bounds how much of an answer is read.
+const maxBody = 4 << 20
+
+// minRoundPause is the pause between two rounds over the address list when no
+// node gave a Retry-After.
+const minRoundPause = 200 * time.Millisecond
+
+// Config says where the nodes are and how to reach them.
+type Config struct {
+	// Addrs are the nodes' HTTP addresses: host:port, or URLs with a scheme.
+	Addrs []string
+	// CAFile is a PEM bundle that verifies the nodes' HTTPS certificates;
+	// with it (or a client certificate) addresses without a scheme use https.
+	CAFile string
+	// CertFile and KeyFile are a PEM client certificate and its key, for
+	// nodes that require one.
+	CertFile, KeyFile string
+	// Timeout bounds one call including failover and waits (DefaultTimeout
+	// when zero).
+	Timeout time.Duration
+	// ClusterKey is sent as X-Holdfast-Cluster-Key on operator calls.
+	ClusterKey string
+	// MaxConnsPerHost bounds connections per node (0: unbounded).
+	MaxConnsPerHost int
+}
+
+// Client sends requests to a list of nodes. Its methods are safe for
+// concurrent use; Rotate gives views that prefer another address.
+type Client struct {
+	bases   []string
+	hc      *http.Client
+	timeout time.Duration
+	key     string
+	cur     *atomic.Int64 // index into bases of the address to try first
+}
+
+// New checks cfg and builds a client.
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("no node address given")
+	}
+	tr, secure, err := transport(cfg)
+	if err != nil {
+		return nil, err
+	}
+	scheme := "http"
+	if secure {
+		scheme = "https"
+	}
+	bases := make([]string, 0, len(cfg.Addrs))
+	for _, a := range cfg.Addrs {
+		a = strings.TrimRight(strings.TrimSpace(a), "/")
+		if a == "" {
+			continue
+		}
+		if !strings.Contains(a, "://") {
+			a = scheme + "://" + a
+		}
+		if !strings.HasPrefix(a, "http://") && !strings.HasPrefix(a, "https://") {
+			return nil, fmt.Errorf("address %q: the scheme must be http or https", a)
+		}
+		bases = append(bases, a)
+	}
+	if len(bases) == 0 {
+		return nil, errors.New("no node address given")
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &Client{
+		bases:   bases,
+		hc:      &http.Client{Transport: tr, CheckRedirect: noRedirects},
+		timeout: timeout,
+		key:     cfg.ClusterKey,
+		cur:     new(atomic.Int64),
+	}, nil
+}
+
+// SplitAddrs splits a comma-separated list (of addresses), trimming spaces
+// and dropping empty items.
+func SplitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// transport builds the HTTP transport; secure says whether addresses without
+// a scheme use https.
+func transport(cfg Config) (*http.Transport, bool, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	if cfg.MaxConnsPerHost > 0 {
+		tr.MaxConnsPerHost = cfg.MaxConnsPerHost
+		tr.MaxIdleConnsPerHost = cfg.MaxConnsPerHost
+	}
+	tr.Proxy = nil // a node is reached directly, never through an environment proxy
+	if cfg.CAFile == "" && cfg.CertFile == "" && cfg.KeyFile == "" {
+		return tr, false, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, false, fmt.Errorf("read CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, false, fmt.Errorf("CA file %s holds no PEM certificate", cfg.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, false, errors.New("a client certificate needs both the certificate file and the key file")
+	}
+	if cfg.CertFile != "" {
+		pair, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, false, fmt.Errorf("load client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	tr.TLSClientConfig = tc
+	tr.ForceAttemptHTTP2 = true
+	return tr, true, nil
+}
+
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Rotate returns a view of c that tries address i (modulo the list) first
+// and keeps its own failover position; it shares c's connections.
+func (c *Client) Rotate(i int) *Client {
+	v := *c
+	v.cur = new(atomic.Int64)
+	v.cur.Store(int64(i % len(c.bases)))
+	return &v
+}
+
+// Addrs returns the base URLs of the nodes, in order.
+func (c *Client) Addrs() []string { return append([]string(nil), c.bases...) }
+
+// HTTP returns the underlying HTTP client, for calls outside the API.
+func (c *Client) HTTP() *http.Client { return c.hc }
+
+// CloseIdle closes idle connections.
+func (c *Client) CloseIdle() { c.hc.CloseIdleConnections() }
+
+// Request is one API call.
+type Request struct {
+	// Method is the HTTP method; Path starts at the node's root
+	// (APIPrefix+"/lease", "/cluster/status").
+	Method, Path string
+	// Token is sent as Authorization: Bearer when not empty.
+	Token string
+	// Body is sent as application/json when not nil.
+	Body []byte
+	// Operator sends the cluster key.
+	Operator bool
+	// Repeatable marks a request that may be sent again after an unknown
+	// outcome.
+	Repeatable bool
+}
+
+// Response is a node's answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	// Addr is the base URL of the node that answered.
+	Addr string
+}
+
+// RetryAfter is the answer's Retry-After in whole seconds (0 when absent).
+func (r *Response) RetryAfter() time.Duration {
+	if r == nil {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(r.Header.Get("Retry-After")))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+// Object decodes the body as a JSON object (nil when it is not one).
+func (r *Response) Object() map[string]any {
+	var m map[string]any
+	if r == nil || json.Unmarshal(r.Body, &m) != nil {
+		return nil
+	}
+	return m
+}
+
+// Outcome is a 503 answer's "outcome" ("not_applied", "unknown"), else "".
+func (r *Response) Outcome() string {
+	if r == nil || r.Status != http.StatusServiceUnavailable {
+		return ""
+	}
+	var o struct {
+		Outcome string `json:"outcome"`
+	}
+	if json.Unmarshal(r.Body, &o) != nil {
+		return ""
+	}
+	return o.Outcome
+}
+
+// OK says whether the status is 2xx.
+func (r *Response) OK() bool { return r != nil && r.Status/100 == 2 }
+
+// ErrUnknown marks a call whose request may have reached a node and whose
+// answer was lost: it may have taken effect.
+var ErrUnknown = errors.New("outcome unknown: the request may have taken effect")
+
+// Do sends req, failing over as the package comment says, within the
+// client's timeout and ctx. It returns the first answer that is not a reason
+// to move on; when the time runs out, the last answer (a 503) if there was
+// one, else the last error. An error wrapping ErrUnknown means the request
+// may have taken effect.
+func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var (
+		last    *Response
+		lastErr error
+		pause   time.Duration
+		unknown bool
+	)
+	for tried := 1; ; tried++ {
+		if ctx.Err() != nil {
+			return giveUp(last, lastErr, ctx.Err())
+		}
+		i := int(c.cur.Load()) % len(c.bases)
+		resp, err := c.send(ctx, c.bases[i], req)
+		// Once an attempt may have taken effect, the final answer must say
+		// so: later attempts that certainly did nothing do not replace it.
+		switch outcome := resp.Outcome(); {
+		case err != nil && neverSent(err):
+			if !unknown {
+				last, lastErr = nil, err
+			}
+		case err != nil:
+			e := fmt.Errorf("%s %s at %s: %w (%w)", req.Method, req.Path, c.bases[i], ErrUnknown, err)
+			if !req.Repeatable || ctx.Err() != nil {
+				return nil, e
+			}
+			last, lastErr, unknown = nil, e, true
+		case outcome == "not_applied" || (outcome == "unknown" && req.Repeatable):
+			if !unknown {
+				last, lastErr = resp, nil
+			}
+			unknown = unknown || outcome == "unknown"
+			pause = max(pause, resp.RetryAfter())
+		default:
+			return resp, nil
+		}
+		c.cur.CompareAndSwap(int64(i), int64((i+1)%len(c.bases)))
+		if tried%len(c.bases) != 0 {
+			continue
+		}
+		t := time.NewTimer(max(pause, minRoundPause))
+		pause = 0
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return giveUp(last, lastErr, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// giveUp is Do's answer when its time is up: the last 503, else the last
+// error, else the context's.
+func giveUp(last *Response, lastErr, ctxErr error) (*Response, error) {
+	if last != nil {
+		return last, nil
+	}
+	if lastErr != nil {
+		return nil, lastErr
+	}
+	return nil, ctxErr
+}
+
+// send makes one attempt at one node.
+func (c *Client) send(ctx context.Context, base string, req Request) (*Response, error) {
+	var body io.Reader
+	if req.Body != nil {
+		body = bytes.NewReader(req.Body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.Method, base+req.Path, body)
+	if err != nil {
+		return nil, fmt.Errorf("build %s %s: %w", req.Method, req.Path, err)
+	}
+	if req.Body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if req.Token != "" {
+		hr.Header.Set("Authorization", "Bearer "+req.Token)
+	}
+	if req.Operator && c.key != "" {
+		hr.Header.Set("X-Holdfast-Cluster-Key", c.key)
+	}
+	resp, err := c.hc.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, fmt.Errorf("read the answer to %s %s: %w", req.Method, req.Path, err)
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: raw, Addr: base}, nil
+}
+
+// neverSent says whether err shows that the request never left this process
+// or never reached a node: a failed dial or TLS handshake.
+func neverSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var rec tls.RecordHeaderError
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	return errors.As(err, &rec) || errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn)
+}

@@ -1,0 +1,249 @@
+package client
+
+import (
+	"context"
+	"encoding/pem"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// refusedAddr is a loopback address nothing listens on.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := l.Addr().String()
+	l.Close()
+	return a
+}
+
+// node is a test server counting the requests it receives.
+type node struct {
+	*httptest.Server
+	hits atomic.Int64
+}
+
+func newNode(t *testing.T, h func(n int64, w http.ResponseWriter, r *http.Request)) *node {
+	t.Helper()
+	n := &node{}
+	n.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h(n.hits.Add(1), w, r)
+	}))
+	t.Cleanup(n.Close)
+	return n
+}
+
+func answer(w http.ResponseWriter, status int, retryAfter, body string) {
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write([]byte(body))
+}
+
+const notApplied = `{"ok":false,"outcome":"not_applied","error":"no leader"}`
+const unknownOutcome = `{"ok":false,"outcome":"unknown","error":"result lost"}`
+
+// hangUp reads the request and closes the connection without an answer: the
+// outcome of the request is unknown to the client.
+func hangUp(w http.ResponseWriter, _ *http.Request) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err == nil {
+		conn.Close()
+	}
+}
+
+func mustNew(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+var post = Request{Method: http.MethodPost, Path: APIPrefix + "/lease", Body: []byte(`{}`)}
+
+func TestFailoverOnRefusedAndNotApplied(t *testing.T) {
+	busy := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusServiceUnavailable, "5", notApplied)
+	})
+	good := newNode(t, func(_ int64, w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Authorization") != "Bearer tok" {
+			answer(w, http.StatusBadRequest, "", `{"ok":false}`)
+			return
+		}
+		answer(w, http.StatusCreated, "", `{"ok":true}`)
+	})
+	c := mustNew(t, Config{Addrs: []string{refusedAddr(t), busy.Listener.Addr().String(), good.URL}, Timeout: 10 * time.Second})
+	req := post
+	req.Token = "tok"
+	start := time.Now()
+	resp, err := c.Do(context.Background(), req)
+	if err != nil || resp.Status != http.StatusCreated || resp.Addr != good.URL {
+		t.Fatalf("Do = %v, %v; want 201 from %s", resp, err, good.URL)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("failover within one round waited %v (Retry-After is for the next round)", d)
+	}
+	// The next call starts at the address that answered.
+	resp, err = c.Do(context.Background(), req)
+	if err != nil || resp.Addr != good.URL || busy.hits.Load() != 1 {
+		t.Fatalf("second Do = %v, %v after %d hits on the busy node; want straight to %s", resp, err, busy.hits.Load(), good.URL)
+	}
+}
+
+func TestRetryAfterBetweenRounds(t *testing.T) {
+	n := newNode(t, func(hit int64, w http.ResponseWriter, _ *http.Request) {
+		if hit == 1 {
+			answer(w, http.StatusServiceUnavailable, "1", notApplied)
+			return
+		}
+		answer(w, http.StatusOK, "", `{"ok":true}`)
+	})
+	c := mustNew(t, Config{Addrs: []string{n.URL}, Timeout: 10 * time.Second})
+	start := time.Now()
+	resp, err := c.Do(context.Background(), post)
+	if err != nil || resp.Status != http.StatusOK {
+		t.Fatalf("Do = %v, %v", resp, err)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Fatalf("second attempt after %v, before the node's Retry-After of 1 s", d)
+	}
+}
+
+func TestUnknownOutcomeNotRepeated(t *testing.T) {
+	a := newNode(t, func(_ int64, w http.ResponseWriter, r *http.Request) { hangUp(w, r) })
+	b := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, "", `{"ok":true}`) })
+	c := mustNew(t, Config{Addrs: []string{a.URL, b.URL}, Timeout: 5 * time.Second})
+	resp, err := c.Do(context.Background(), post)
+	if !errors.Is(err, ErrUnknown) || resp != nil {
+		t.Fatalf("Do = %v, %v; want ErrUnknown", resp, err)
+	}
+	if a.hits.Load() != 1 || b.hits.Load() != 0 {
+		t.Fatalf("hits a=%d b=%d: a request of unknown outcome was sent again", a.hits.Load(), b.hits.Load())
+	}
+
+	// The same for a 503 "unknown": answered to the caller, not repeated.
+	u := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusServiceUnavailable, "1", unknownOutcome)
+	})
+	c = mustNew(t, Config{Addrs: []string{u.URL, b.URL}, Timeout: 5 * time.Second})
+	resp, err = c.Do(context.Background(), post)
+	if err != nil || resp.Outcome() != "unknown" || b.hits.Load() != 0 {
+		t.Fatalf("Do = %v, %v (b hits %d); want the 503 unknown, not repeated", resp, err, b.hits.Load())
+	}
+}
+
+func TestRepeatableAfterUnknown(t *testing.T) {
+	a := newNode(t, func(_ int64, w http.ResponseWriter, r *http.Request) { hangUp(w, r) })
+	b := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, "", `{"ok":true}`) })
+	c := mustNew(t, Config{Addrs: []string{a.URL, b.URL}, Timeout: 5 * time.Second})
+	req := post
+	req.Repeatable = true
+	resp, err := c.Do(context.Background(), req)
+	if err != nil || resp.Status != http.StatusOK || b.hits.Load() != 1 {
+		t.Fatalf("Do = %v, %v; want the repeat's 200 from b", resp, err)
+	}
+}
+
+// When time runs out after an attempt of unknown outcome, the answer says
+// unknown, even if later attempts certainly did nothing.
+func TestUnknownWinsAtTimeout(t *testing.T) {
+	a := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusServiceUnavailable, "", unknownOutcome)
+	})
+	b := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusServiceUnavailable, "", notApplied)
+	})
+	c := mustNew(t, Config{Addrs: []string{a.URL, b.URL}, Timeout: 1500 * time.Millisecond})
+	req := post
+	req.Repeatable = true
+	start := time.Now()
+	resp, err := c.Do(context.Background(), req)
+	if err != nil || resp.Outcome() != "unknown" {
+		t.Fatalf("Do = %v, %v; want the 503 unknown", resp, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Do took %v with a 1.5 s timeout", d)
+	}
+	if b.hits.Load() < 1 {
+		t.Fatal("the repeatable request never reached the second node")
+	}
+}
+
+func TestAllRefusedBoundedByTimeout(t *testing.T) {
+	c := mustNew(t, Config{Addrs: []string{refusedAddr(t), refusedAddr(t)}, Timeout: time.Second})
+	start := time.Now()
+	resp, err := c.Do(context.Background(), post)
+	if err == nil || errors.Is(err, ErrUnknown) || resp != nil {
+		t.Fatalf("Do = %v, %v; want a connection error, not an unknown outcome", resp, err)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond || d > 4*time.Second {
+		t.Fatalf("Do gave up after %v with a 1 s timeout", d)
+	}
+}
+
+func TestOperatorKeyOnlyOnOperatorCalls(t *testing.T) {
+	var keys []string
+	n := newNode(t, func(_ int64, w http.ResponseWriter, r *http.Request) {
+		keys = append(keys, r.Header.Get("X-Holdfast-Cluster-Key"))
+		answer(w, http.StatusOK, "", `{}`)
+	})
+	c := mustNew(t, Config{Addrs: []string{n.URL}, ClusterKey: "k"})
+	c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/cluster/status"})
+	c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/cluster/settings", Operator: true})
+	if len(keys) != 2 || keys[0] != "" || keys[1] != "k" {
+		t.Fatalf("cluster key headers %q; want only on the operator call", keys)
+	}
+}
+
+func TestTLSWithCAFile(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		answer(w, http.StatusOK, "", `{"tls":true}`)
+	}))
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// An address without a scheme uses https once a CA file is given.
+	c := mustNew(t, Config{Addrs: []string{srv.Listener.Addr().String()}, CAFile: ca})
+	resp, err := c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/cluster/status"})
+	if err != nil || resp.Status != http.StatusOK {
+		t.Fatalf("Do over TLS = %v, %v", resp, err)
+	}
+	// Without the CA the certificate is refused and the call fails without
+	// an unknown outcome (nothing was sent).
+	c = mustNew(t, Config{Addrs: []string{srv.URL}, Timeout: time.Second})
+	if _, err := c.Do(context.Background(), post); err == nil || errors.Is(err, ErrUnknown) {
+		t.Fatalf("Do without the CA: %v; want a certificate error", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"no address":   {Addrs: []string{" ", ""}},
+		"bad scheme":   {Addrs: []string{"ftp://x"}},
+		"missing CA":   {Addrs: []string{"a:1"}, CAFile: "/nonexistent/ca.pem"},
+		"half a pair":  {Addrs: []string{"a:1"}, CertFile: "/x.pem"},
+		"missing pair": {Addrs: []string{"a:1"}, CertFile: "/x.pem", KeyFile: "/y.pem"},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+	if got := SplitAddrs(" a:1, ,b:2,"); len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
+		t.Errorf("SplitAddrs = %q", got)
+	}
+}

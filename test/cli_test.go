@@ -1,0 +1,468 @@
+//go:build unix
+
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/test/harness"
+)
+
+// cliEnv runs the holdfast binary's client commands against one cluster.
+type cliEnv struct {
+	t     *testing.T
+	addrs string   // HOLDFAST_ADDR for every command
+	env   []string // extra environment
+	dir   string
+	// secrets are values no command may write to stderr, shared by the
+	// copies for subtests.
+	secrets *[]string
+}
+
+// with is a copy of c that reports to t (a subtest).
+func (c *cliEnv) with(t *testing.T) *cliEnv {
+	v := *c
+	v.t = t
+	return &v
+}
+
+// ran is one finished command.
+type ran struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r ran) String() string {
+	return "exit " + strconv.Itoa(r.code) + "\nstdout: " + r.stdout + "\nstderr: " + r.stderr
+}
+
+func newCLIEnv(t *testing.T, nodes ...*harness.Node) *cliEnv {
+	return &cliEnv{t: t, addrs: harness.JoinList(nodes...), dir: t.TempDir(), secrets: new([]string)}
+}
+
+// command builds `holdfast args...` with the env's environment plus extra.
+func (c *cliEnv) command(ctx context.Context, extra []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, env.Binary, args...)
+	cmd.Env = append(append(append(os.Environ(), "HOLDFAST_ADDR="+c.addrs), c.env...), extra...)
+	cmd.Dir = c.dir
+	return cmd
+}
+
+// run runs a command to its end (bounded) and checks stderr for secrets.
+func (c *cliEnv) run(extra []string, args ...string) ran {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := c.command(ctx, extra, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := ran{stdout: strings.TrimSpace(out.String()), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		c.t.Fatalf("holdfast %s: %v", strings.Join(args, " "), err)
+	}
+	c.checkStderr(args, r.stderr)
+	return r
+}
+
+func (c *cliEnv) checkStderr(args []string, stderr string) {
+	c.t.Helper()
+	for _, s := range *c.secrets {
+		if s != "" && strings.Contains(stderr, s) {
+			c.t.Errorf("holdfast %s wrote a secret to stderr: %s", strings.Join(args, " "), stderr)
+		}
+	}
+}
+
+// want runs a command and fails the test unless it exits with code.
+func (c *cliEnv) want(code int, extra []string, args ...string) ran {
+	c.t.Helper()
+	r := c.run(extra, args...)
+	if r.code != code {
+		c.t.Fatalf("holdfast %s: want exit %d, got %s", strings.Join(args, " "), code, r)
+	}
+	return r
+}
+
+// secret records a value as secret and returns it.
+func (c *cliEnv) secret(v string) string {
+	c.t.Helper()
+	if v == "" {
+		c.t.Fatal("empty secret")
+	}
+	*c.secrets = append(*c.secrets, v)
+	return v
+}
+
+// file writes content to a file in the env's directory and returns "@path".
+func (c *cliEnv) file(name, content string) string {
+	c.t.Helper()
+	p := filepath.Join(c.dir, name)
+	if err := os.WriteFile(p, []byte(content+"\n"), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	return "@" + p
+}
+
+func jsonOf(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatalf("not a JSON object: %q: %v", s, err)
+	}
+	return m
+}
+
+func TestCLI(t *testing.T) {
+	c := env.NewCluster(t, 3, harness.Options{})
+	c.StartBootstrap()
+	c.WaitAllReady()
+	cli := newCLIEnv(t, c.Nodes()...)
+
+	t.Run("version", func(t *testing.T) {
+		cli := cli.with(t)
+		for _, arg := range []string{"version", "--version"} {
+			r := cli.want(0, nil, arg)
+			if !regexp.MustCompile(`^holdfast \S+ commit \S+ go1\.\d+`).MatchString(r.stdout) {
+				t.Errorf("holdfast %s printed %q", arg, r.stdout)
+			}
+		}
+	})
+	t.Run("usage", func(t *testing.T) {
+		cli := cli.with(t)
+		cli.want(2, nil, "lease")
+		cli.want(2, nil, "lease", "frobnicate")
+		cli.want(2, nil, "lease", "acquire", "--ttl", "x")
+		cli.want(2, []string{"HOLDFAST_KEY="}, "lease", "acquire")
+		cli.want(2, nil, "queue", "enqueue", "--queue", "q", "--token", "t", "--key", "k", "--payload", "{not json")
+		cli.want(2, nil, "cluster", "settings", "--set", "queue_max_jobs=many")
+		cli.want(2, nil, "exec", "--key", "k")
+		cli.want(2, nil, "work", "--queue", "q", "--token", "t")
+		cli.want(0, nil, "lease", "-h")
+	})
+	t.Run("lease", func(t *testing.T) { cliLease(t, cli.with(t)) })
+	t.Run("queue", func(t *testing.T) { cliQueue(t, cli.with(t)) })
+	t.Run("cluster", func(t *testing.T) {
+		cli := cli.with(t)
+		r := cli.want(0, nil, "cluster", "status")
+		if st := jsonOf(t, r.stdout); st["node_id"] == nil || st["leader_id"] == "" {
+			t.Errorf("cluster status: %s", r.stdout)
+		}
+		r = cli.want(0, nil, "cluster", "settings", "--field", "settings.queue_max_jobs")
+		if r.stdout != "100" {
+			t.Errorf("queue_max_jobs = %q, want 100", r.stdout)
+		}
+		cli.want(0, nil, "cluster", "settings", "--set", "queue_max_jobs=100")
+		r = cli.want(1, nil, "cluster", "settings", "--set", "queue_max_jobs=0")
+		if !strings.Contains(r.stderr, "HTTP 400") {
+			t.Errorf("a bad setting: %s", r)
+		}
+	})
+	t.Run("failover", func(t *testing.T) {
+		cli := cli.with(t)
+		refused, err := env.Ports.Addr() // nothing listens there
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := cli.want(0, []string{"HOLDFAST_ADDR=" + refused + "," + c.Node(1).HTTPAddr}, "lease", "namespace", "--field", "namespace")
+		cli.secret(r.stdout)
+		if !strings.HasPrefix(r.stdout, "ns_") {
+			t.Errorf("namespace through the second address: %s", r)
+		}
+		cli.want(1, []string{"HOLDFAST_ADDR=" + refused}, "lease", "namespace", "--timeout", "1s")
+	})
+	t.Run("exec", func(t *testing.T) { cliExec(t, cli.with(t)) })
+	t.Run("work", func(t *testing.T) { cliWork(t, cli.with(t)) })
+	t.Run("queue-create-env", func(t *testing.T) {
+		cli := cli.with(t)
+		r := cli.want(0, nil, "queue", "create", "--env")
+		// The lines a shell evals, then used by a command that reads them.
+		out, err := exec.Command("sh", "-c", r.stdout+"\n"+`echo "$HOLDFAST_QUEUE $HOLDFAST_WRITE_TOKEN $HOLDFAST_WORKER_TOKEN $HOLDFAST_READ_TOKEN"`).Output()
+		vals := strings.Fields(string(out))
+		if err != nil || len(vals) != 4 || len(vals[0]) != 32 || len(vals[1]) != 64 || len(vals[3]) != 64 {
+			t.Fatalf("queue create --env printed %q; evaluated: %q, %v", r.stdout, out, err)
+		}
+		e := []string{"HOLDFAST_QUEUE=" + vals[0], "HOLDFAST_READ_TOKEN=" + cli.secret(vals[3])}
+		if got := cli.want(0, e, "queue", "get", "--field", "counts.total").stdout; got != "0" {
+			t.Errorf("the new queue's total: %q", got)
+		}
+	})
+}
+
+func cliLease(t *testing.T, cli *cliEnv) {
+	r := cli.want(0, nil, "lease", "namespace", "--status", "--field", "namespace")
+	ns := cli.secret(r.stdout)
+	if !regexp.MustCompile(`^HTTP 20[01] `).MatchString(r.stderr) {
+		t.Errorf("--status printed %q to stderr", r.stderr)
+	}
+	e := []string{"HOLDFAST_NAMESPACE=" + ns}
+	r = cli.want(0, append(e, "HOLDFAST_SHOW_STATUS=1"), "lease", "acquire", "--key", "report:1", "--fingerprint", "f1", "--ttl", "60")
+	if !strings.HasPrefix(r.stderr, "HTTP 201 Created") {
+		t.Errorf("HOLDFAST_SHOW_STATUS=1 printed %q to stderr", r.stderr)
+	}
+	a := jsonOf(t, r.stdout)
+	owner := cli.secret(a["owner_token"].(string))
+	if a["status"] != "held" || a["fencing_token"] == nil {
+		t.Fatalf("acquire answered %s", r.stdout)
+	}
+	// Held by someone else: 3, the answer still on stdout for jq.
+	r = cli.want(3, e, "lease", "acquire", "--key", "report:1", "--fingerprint", "f1")
+	if jsonOf(t, r.stdout)["status"] != "held" || !strings.Contains(r.stderr, "HTTP 409") {
+		t.Errorf("second acquire: %s", r)
+	}
+	// The owner token from a file, then from the environment.
+	cli.want(0, e, "lease", "renew", "--key", "report:1", "--owner-token", cli.file("owner", owner), "--ttl", "90")
+	r = cli.want(0, append(e, "HOLDFAST_OWNER_TOKEN="+owner), "lease", "complete", "--key", "report:1", "--result", `{"receipt_id":4817}`, "--field", "status")
+	if r.stdout != "completed" {
+		t.Errorf("complete --field status printed %q", r.stdout)
+	}
+	r = cli.want(0, e, "lease", "acquire", "--key", "report:1", "--fingerprint", "f1", "--field", "result.receipt_id")
+	if r.stdout != "4817" {
+		t.Errorf("the stored result through --field: %q", r.stdout)
+	}
+	cli.want(4, e, "lease", "acquire", "--key", "report:1", "--fingerprint", "other")
+	cli.want(5, e, "lease", "release", "--key", "report:1", "--owner-token", owner)
+	cli.want(1, []string{"HOLDFAST_NAMESPACE=not-a-namespace"}, "lease", "acquire", "--key", "k")
+}
+
+func cliQueue(t *testing.T, cli *cliEnv) {
+	r := cli.want(0, nil, "queue", "create")
+	q := jsonOf(t, r.stdout)
+	id := q["queue_id"].(string)
+	w, k, rd := cli.secret(q["write_token"].(string)), cli.secret(q["worker_token"].(string)), cli.secret(q["read_token"].(string))
+	e := []string{"HOLDFAST_QUEUE=" + id, "HOLDFAST_WRITE_TOKEN=" + w, "HOLDFAST_WORKER_TOKEN=" + k, "HOLDFAST_READ_TOKEN=" + rd}
+
+	r = cli.want(0, e, "queue", "enqueue", "--key", "report:42", "--payload", `{"report_id":42}`, "--field", "job_id")
+	job := r.stdout
+	if r = cli.want(0, e, "queue", "enqueue", "--key", "report:42", "--payload", `{"report_id":42}`, "--field", "deduplicated"); r.stdout != "true" {
+		t.Errorf("repeated enqueue: deduplicated=%q", r.stdout)
+	}
+	cli.want(4, e, "queue", "enqueue", "--key", "report:42", "--payload", `{"report_id":43}`)
+	r = cli.want(0, e, "queue", "claim", "--visibility", "30")
+	cl := jsonOf(t, r.stdout)["job"].(map[string]any)
+	receipt := cli.secret(cl["receipt"].(string))
+	if cl["job_id"] != job {
+		t.Fatalf("claimed %v, enqueued %s", cl["job_id"], job)
+	}
+	cli.want(3, e, "queue", "claim") // empty: try later
+	cli.want(0, e, "queue", "renew", "--job", job, "--receipt", cli.file("receipt", receipt), "--visibility", "60")
+	cli.want(0, append(e, "HOLDFAST_RECEIPT="+receipt), "queue", "ack", "--job", job)
+	cli.want(0, e, "queue", "ack", "--job", job, "--receipt", receipt) // repeatable
+	cli.want(5, e, "queue", "release", "--job", job, "--receipt", receipt)
+	if r = cli.want(0, e, "queue", "get", "--field", "counts.completed"); r.stdout != "1" {
+		t.Errorf("completed count %q", r.stdout)
+	}
+	if r = cli.want(0, e, "queue", "job", "--job", job, "--field", "job.status"); r.stdout != "completed" {
+		t.Errorf("job status %q", r.stdout)
+	}
+	// The write token cannot claim: 403, exit 1.
+	cli.want(1, e, "queue", "claim", "--token", w)
+}
+
+// waitFile waits (bounded) for a file a command writes and returns its content.
+func waitFile(t *testing.T, path string, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 && b[len(b)-1] == '\n' {
+			return strings.TrimSpace(string(b))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear within %v", path, within)
+	return ""
+}
+
+// alive says whether a process exists.
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func cliExec(t *testing.T, cli *cliEnv) {
+	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
+	e := []string{"HOLDFAST_NAMESPACE=" + ns}
+	runs := filepath.Join(cli.dir, "runs")
+	started := filepath.Join(cli.dir, "started")
+	script := `echo "$HOLDFAST_FENCING_TOKEN $HOLDFAST_LEASE_EXPIRES_AT" >> ` + runs + `; echo go > ` + started + `; sleep 2`
+
+	t.Run("once-while-another-waits", func(t *testing.T) {
+		cli := cli.with(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		first := cli.command(ctx, e, "exec", "--key", "nightly", "--fingerprint", "2026-12-01", "--ttl", "6", "--", "sh", "-c", script)
+		var firstOut bytes.Buffer
+		first.Stdout, first.Stderr = &firstOut, &firstOut
+		if err := first.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFile(t, started, 20*time.Second)
+		// The second waits for the first, then finds the key completed and
+		// prints the stored result without running the command.
+		r := cli.want(0, e, "exec", "--key", "nightly", "--fingerprint", "2026-12-01", "--wait", "30s", "--", "sh", "-c", script)
+		if err := first.Wait(); err != nil {
+			t.Fatalf("first exec: %v\n%s", err, firstOut.String())
+		}
+		if r.stdout != `{"exit_code":0}` {
+			t.Errorf("the waiting exec printed %q, want the stored result", r.stdout)
+		}
+		lines := strings.Split(waitFile(t, runs, time.Second), "\n")
+		if len(lines) != 1 || !regexp.MustCompile(`^\d+ \d{4}-\d\d-\d\dT`).MatchString(lines[0]) {
+			t.Errorf("the command ran %d times: %q", len(lines), lines)
+		}
+		// Completed: a third exec does not run the command either.
+		cli.want(0, e, "exec", "--key", "nightly", "--fingerprint", "2026-12-01", "--", "sh", "-c", "echo ran >> "+runs)
+		if got := waitFile(t, runs, time.Second); strings.Count(got, "\n") != 0 {
+			t.Errorf("a completed key ran its command: %q", got)
+		}
+	})
+	t.Run("failure-releases", func(t *testing.T) {
+		cli := cli.with(t)
+		cli.want(7, e, "exec", "--key", "failing", "--", "sh", "-c", "exit 7")
+		// Released: the next acquire is granted at once.
+		cli.want(0, e, "lease", "acquire", "--key", "failing")
+	})
+	t.Run("result-stdout", func(t *testing.T) {
+		cli := cli.with(t)
+		r := cli.want(0, e, "exec", "--key", "report", "--fingerprint", "x", "--result", "stdout", "--", "sh", "-c", `echo '{"rows":12}'`)
+		if r.stdout != `{"rows":12}` {
+			t.Errorf("exec passed stdout on as %q", r.stdout)
+		}
+		if r = cli.want(0, e, "exec", "--key", "report", "--fingerprint", "x", "--", "false"); r.stdout != `{"rows":12}` {
+			t.Errorf("the stored stdout result: %q", r.stdout)
+		}
+	})
+	t.Run("signal-reaches-command", func(t *testing.T) {
+		cli := cli.with(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		ready := filepath.Join(cli.dir, "trap-ready")
+		cmd := cli.command(ctx, e, "exec", "--key", "signalled", "--", "sh", "-c", `trap 'exit 42' TERM; echo up > `+ready+`; while :; do sleep 0.1; done`)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFile(t, ready, 20*time.Second)
+		cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 42 {
+			t.Fatalf("exec after SIGTERM: %v, want the command's exit 42", err)
+		}
+		cli.want(0, e, "lease", "acquire", "--key", "signalled") // released
+	})
+}
+
+// TestCLIExecLostLease stops the cluster under a running exec: the command is
+// stopped once the lease would have expired, and exec exits 5.
+func TestCLIExecLostLease(t *testing.T) {
+	c := env.NewCluster(t, 1, harness.Options{})
+	c.StartBootstrap()
+	c.WaitAllReady()
+	cli := newCLIEnv(t, c.Nodes()...)
+	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
+	pidPath := filepath.Join(cli.dir, "pid")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := cli.command(ctx, []string{"HOLDFAST_NAMESPACE=" + ns}, "exec", "--key", "long", "--ttl", "3", "--grace", "1s", "--timeout", "2s", "--",
+		"sh", "-c", `echo $$ > `+pidPath+`; exec sleep 50`)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(waitFile(t, pidPath, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(c.Node(0))
+	stopped := time.Now()
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 5 {
+		t.Fatalf("exec with its cluster stopped: %v, want exit 5\n%s", err, out.String())
+	}
+	if d := time.Since(stopped); d > 15*time.Second {
+		t.Errorf("exec noticed the lost lease %v after the cluster stopped (TTL 3 s)", d)
+	}
+	if alive(pid) {
+		t.Errorf("the command (pid %d) still runs after its lease was lost", pid)
+	}
+	if !strings.Contains(out.String(), "expired before a renewal succeeded") {
+		t.Errorf("exec's message: %s", out.String())
+	}
+}
+
+func cliWork(t *testing.T, cli *cliEnv) {
+	q := jsonOf(t, cli.want(0, nil, "queue", "create").stdout)
+	e := []string{"HOLDFAST_QUEUE=" + q["queue_id"].(string),
+		"HOLDFAST_WRITE_TOKEN=" + cli.secret(q["write_token"].(string)),
+		"HOLDFAST_WORKER_TOKEN=" + cli.secret(q["worker_token"].(string)),
+		"HOLDFAST_READ_TOKEN=" + cli.secret(q["read_token"].(string))}
+	seen := filepath.Join(cli.dir, "seen")
+	// The command sees the payload on stdin and the job in its environment;
+	// a payload saying ok:true succeeds, anything else fails.
+	script := `p=$(cat); echo "$HOLDFAST_JOB_KEY $HOLDFAST_ATTEMPT $HOLDFAST_JOB_ID $p" >> ` + seen + `; case "$p" in *true*) exit 0;; *) exit 1;; esac`
+
+	t.Run("ack-and-release", func(t *testing.T) {
+		cli := cli.with(t)
+		good := cli.want(0, e, "queue", "enqueue", "--key", "good", "--payload", `{"ok":true}`, "--field", "job_id").stdout
+		bad := cli.want(0, e, "queue", "enqueue", "--key", "bad", "--payload", `{"ok":false}`, "--field", "job_id").stdout
+		r := cli.want(0, e, "work", "--max-jobs", "3", "--idle-max", "200ms", "--", "sh", "-c", script)
+		if st := cli.want(0, e, "queue", "job", "--job", good, "--field", "job.status").stdout; st != "completed" {
+			t.Errorf("the job whose command exited 0 is %s\n%s", st, r.stderr)
+		}
+		j := jsonOf(t, cli.want(0, e, "queue", "job", "--job", bad).stdout)["job"].(map[string]any)
+		if j["status"] != "pending" || j["attempts"] != float64(2) {
+			t.Errorf("the failing job after two attempts: %v\n%s", j, r.stderr)
+		}
+		got := waitFile(t, seen, time.Second)
+		for _, want := range []string{"good 1 " + good + ` {"ok":true}`, "bad 1 " + bad + ` {"ok":false}`, "bad 2 " + bad} {
+			if !strings.Contains(got, want) {
+				t.Errorf("the commands saw %q, missing %q", got, want)
+			}
+		}
+		if !strings.Contains(r.stderr, "acked") || !strings.Contains(r.stderr, "released") {
+			t.Errorf("work's log: %s", r.stderr)
+		}
+	})
+	t.Run("drains-on-sigterm", func(t *testing.T) {
+		cli := cli.with(t)
+		job := cli.want(0, e, "queue", "enqueue", "--key", "slow", "--payload", `{"ok":true}`, "--field", "job_id").stdout
+		started, done := filepath.Join(cli.dir, "slow-started"), filepath.Join(cli.dir, "slow-done")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		// The failing job from before is claimed too; only "slow" sleeps.
+		cmd := cli.command(ctx, e, "work", "--concurrency", "2", "--idle-max", "200ms", "--", "sh", "-c",
+			`p=$(cat); [ "$HOLDFAST_JOB_KEY" = slow ] || exit 1; echo up > `+started+`; sleep 2; echo ok > `+done)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFile(t, started, 20*time.Second)
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("work after SIGTERM: %v\n%s", err, out.String())
+		}
+		if _, err := os.Stat(done); err != nil {
+			t.Errorf("work exited before its running job finished\n%s", out.String())
+		}
+		if st := cli.want(0, e, "queue", "job", "--job", job, "--field", "job.status").stdout; st != "completed" {
+			t.Errorf("the drained job is %s\n%s", st, out.String())
+		}
+	})
+}
