@@ -19,6 +19,7 @@ func (s *Server) routeOps() {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET(cluster.StatusPath, s.clusterStatus)
+	e.GET(OpenAPIPath, serveOpenAPI)
 	e.GET(LinkPath, s.guardBrowsers(), s.serveLink)
 	guard, op, body := s.guardBrowsers(), s.requireOperator(), s.bufferBody(opsBodyLimit)
 	e.POST(cluster.JoinPath, guard, op, body, s.bindJoiner(), s.onLeader(false), s.clusterJoin)

@@ -3,6 +3,7 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -26,6 +27,14 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer cleanup()
+	// Every answer a test receives must be one the OpenAPI document
+	// describes.
+	chk, err := harness.LoadOpenAPIChecker(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loading the OpenAPI document:", err)
+		return 1
+	}
+	e.CheckResponse = chk.Check
 	env = e
 	return m.Run()
 }

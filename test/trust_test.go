@@ -193,36 +193,8 @@ func TestTrustOnlyWhatIsProven(t *testing.T) {
 
 // doWithHost sends rq to n, overriding the Host header when host is set.
 func doWithHost(n *harness.Node, rq harness.Request, host string) (*harness.Response, error) {
-	if host == "" {
-		return n.Do(context.Background(), rq)
-	}
-	var body io.Reader
-	var b []byte
-	if rq.JSON != nil {
-		var err error
-		if b, err = json.Marshal(rq.JSON); err != nil {
-			return nil, err
-		}
-		body = strings.NewReader(string(b))
-	}
-	req, err := http.NewRequest(rq.Method, n.URL(rq.Path), body)
-	if err != nil {
-		return nil, err
-	}
-	req.Host = host
-	for k, vs := range rq.Header {
-		req.Header[k] = vs
-	}
-	if b != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := n.Cluster().Client().Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	return &harness.Response{Status: resp.StatusCode, Header: resp.Header, Body: out}, err
+	rq.Host = host
+	return n.Do(context.Background(), rq)
 }
 
 // rawExchange writes req on a new TCP connection to addr, half-closes it

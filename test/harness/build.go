@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +44,10 @@ type Env struct {
 	// Ports hands out loopback ports not used by any other cluster of this
 	// test binary.
 	Ports *PortAllocator
+	// CheckResponse, when set, is given every answer a node's Do or DoWith
+	// receives, with the request that asked for it; an error fails the test
+	// that made the cluster. OpenAPIChecker.Check is one.
+	CheckResponse func(req *http.Request, status int, header http.Header, body []byte) error
 }
 
 // Setup builds the binary and returns the Env every cluster uses, and a

@@ -21,6 +21,10 @@
 // the package holds no package-level mutable state (the binary path and the
 // port allocator travel in an Env).
 //
+// An Env's CheckResponse sees every answer Node.Do and Node.DoWith receive;
+// the end-to-end tests set it to an OpenAPIChecker, so each answer must be
+// one server/openapi.json describes.
+//
 // Process-control methods on Node return errors and may be called from any
 // goroutine; the Cluster methods of the same names fail the test instead and
 // must be called from the test's goroutine.

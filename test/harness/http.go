@@ -81,6 +81,9 @@ type Request struct {
 	// Key, when set, is sent in the cluster key header.
 	Key    string
 	Header http.Header
+	// Host, when set, is sent as the Host header instead of the node's
+	// address.
+	Host string
 }
 
 // Response is a node's answer, body read in full.
@@ -209,6 +212,9 @@ func (n *Node) DoWith(ctx context.Context, client *http.Client, req Request) (*R
 	for k, vs := range req.Header {
 		hr.Header[k] = append([]string(nil), vs...)
 	}
+	if req.Host != "" {
+		hr.Host = req.Host
+	}
 	if ct != "" && ct != "-" {
 		hr.Header.Set("Content-Type", ct)
 	}
@@ -224,7 +230,25 @@ func (n *Node) DoWith(ctx context.Context, client *http.Client, req Request) (*R
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: read body: %w", req.Method, req.Path, n.ID, err)
 	}
-	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+	r := &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	n.checkResponse(hr, r)
+	return r, nil
+}
+
+// checkResponse gives an answer of the node to the Env's CheckResponse, if
+// it has one, failing the cluster's test on a mismatch.
+func (n *Node) checkResponse(req *http.Request, r *Response) {
+	check := n.c.env.CheckResponse
+	if check == nil {
+		return
+	}
+	if err := check(req, r.Status, r.Header, r.Body); err != nil {
+		msg := err.Error()
+		if len(msg) > 3000 {
+			msg = msg[:3000] + "…"
+		}
+		n.c.t.Errorf("%s %s on %s: the answer departs from %s: %s\nanswer: %s", req.Method, req.URL.RequestURI(), n.ID, OpenAPIFile, msg, r)
+	}
 }
 
 // URL is the URL of path (with its query) on the node's HTTP address.
