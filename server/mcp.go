@@ -69,7 +69,7 @@ func (s *Server) routeMCP() {
 		ctx := context.WithValue(c.Request.Context(), mcpCallerKey{}, mcpCaller{clientIP: s.clientIP(c)})
 		h.ServeHTTP(c.Writer, c.Request.WithContext(ctx))
 	}
-	s.engine.POST(MCPPath, refuseCrossOrigin(), s.limit(), s.bufferBody(mcpBodyLimit), refuseBatch(), serve)
+	s.engine.POST(MCPPath, refuseCrossOrigin(), s.limit(), s.bufferBody(mcpBodyLimit), checkEnvelope(), serve)
 }
 
 // refuseCrossOrigin answers 403 to any request a browser sent on behalf of
@@ -90,12 +90,20 @@ func refuseCrossOrigin() gin.HandlerFunc {
 	}
 }
 
-// refuseBatch answers a JSON-RPC batch with a JSON-RPC error before the
-// SDK sees it: the current MCP specification has no batching, and one HTTP
-// request must be one call so the per-address limit counts calls.
-func refuseBatch() gin.HandlerFunc {
+// checkEnvelope answers a body that is not one JSON value, or a JSON-RPC
+// batch, with a JSON-RPC error before the SDK sees it. The SDK's own answer
+// to malformed JSON quotes the body, and tool arguments carry secrets; the
+// current MCP specification has no batching, and one HTTP request must be
+// one call so the per-address limit counts calls.
+func checkEnvelope() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if t := bytes.TrimLeft(bufferedBody(c), " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		body := bufferedBody(c)
+		if !json.Valid(body) {
+			c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"jsonrpc": "2.0", "id": nil,
+				"error": gin.H{"code": jsonrpc.CodeParseError, "message": "the body is not one JSON value (malformed, or followed by more data)"}})
+			return
+		}
+		if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
 			c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"jsonrpc": "2.0", "id": nil,
 				"error": gin.H{"code": jsonrpc.CodeInvalidRequest, "message": "JSON-RPC batches are not supported: send one request per HTTP request"}})
 			return

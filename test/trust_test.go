@@ -122,21 +122,37 @@ func TestTrustOnlyWhatIsProven(t *testing.T) {
 		}
 	})
 
-	t.Run("no JSON-RPC batches on mcp", func(t *testing.T) {
-		batch := `[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]`
-		for _, n := range []*harness.Node{follower, leader} {
-			r, err := n.Do(context.Background(), harness.Request{Method: http.MethodPost, Path: "/mcp", Body: []byte(batch),
-				ContentType: "application/json", Header: http.Header{"Accept": {"application/json, text/event-stream"}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var m struct {
-				Error struct {
-					Code int `json:"code"`
-				} `json:"error"`
-			}
-			if r.Status != http.StatusBadRequest || json.Unmarshal(r.Body, &m) != nil || m.Error.Code != -32600 {
-				t.Fatalf("batch via %s: %s, want 400 with JSON-RPC error -32600", n.ID, r)
+	// A batch, malformed JSON and trailing data are refused before the MCP
+	// SDK sees them, with a JSON-RPC error that does not quote the body
+	// (tool arguments carry secrets).
+	t.Run("one JSON-RPC message per mcp request, never echoed", func(t *testing.T) {
+		secret := "own_" + strings.Repeat("S3CRET", 7)
+		for _, tc := range []struct {
+			body string
+			code int
+		}{
+			{`[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]`, -32600},
+			{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"owner_token":"` + secret + `"}}}}}`, -32700},
+			{`{"jsonrpc":"2.0","id":1,"method":"tools/list"}x` + secret, -32700},
+			{secret, -32700},
+		} {
+			for _, n := range []*harness.Node{follower, leader} {
+				r, err := n.Do(context.Background(), harness.Request{Method: http.MethodPost, Path: "/mcp", Body: []byte(tc.body),
+					ContentType: "application/json", Header: http.Header{"Accept": {"application/json, text/event-stream"}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var m struct {
+					Error struct {
+						Code int `json:"code"`
+					} `json:"error"`
+				}
+				if r.Status != http.StatusBadRequest || json.Unmarshal(r.Body, &m) != nil || m.Error.Code != tc.code {
+					t.Errorf("%.40s... via %s: %s, want 400 with JSON-RPC error %d", tc.body, n.ID, r, tc.code)
+				}
+				if strings.Contains(string(r.Body), "S3CRET") {
+					t.Errorf("the answer to %.40s... quotes the body: %s", tc.body, r.Body)
+				}
 			}
 		}
 	})
