@@ -35,6 +35,20 @@ const (
 // ErrInvalidMember is wrapped by errors about a malformed join or remove request.
 var ErrInvalidMember = errors.New("invalid member request")
 
+// MemberError is a malformed join or remove request: the field at fault and
+// the rule it breaks. It wraps ErrInvalidMember.
+type MemberError struct {
+	Field, Rule string
+}
+
+func (e *MemberError) Error() string { return ErrInvalidMember.Error() + ": " + e.Field + " " + e.Rule }
+
+// Unwrap makes errors.Is(err, ErrInvalidMember) hold.
+func (e *MemberError) Unwrap() error { return ErrInvalidMember }
+
+// FieldName is the request field at fault.
+func (e *MemberError) FieldName() string { return e.Field }
+
 // ErrUnknownMember is returned when removing an id the cluster does not have.
 var ErrUnknownMember = errors.New("no such member")
 
@@ -77,11 +91,11 @@ func validAddr(a string) bool {
 func (r JoinRequest) Validate() error {
 	switch {
 	case r.NodeID == "" || len(r.NodeID) > 128:
-		return fmt.Errorf("%w: node_id must be 1 to 128 characters", ErrInvalidMember)
+		return &MemberError{"node_id", "must be 1 to 128 characters"}
 	case !validAddr(r.RaftAddr):
-		return fmt.Errorf("%w: raft_addr must be host:port", ErrInvalidMember)
+		return &MemberError{"raft_addr", "must be host:port"}
 	case !validAddr(r.HTTPAddr):
-		return fmt.Errorf("%w: http_addr must be host:port", ErrInvalidMember)
+		return &MemberError{"http_addr", "must be host:port"}
 	}
 	return nil
 }
@@ -95,7 +109,7 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 		return ErrNotLeader
 	}
 	if req.NodeID == n.cfg.NodeID || req.RaftAddr == n.RaftAddr() {
-		return fmt.Errorf("%w: node_id and raft_addr must not be the leader's own", ErrInvalidMember)
+		return &MemberError{"node_id", "and raft_addr must not be the leader's own"}
 	}
 	cf := n.raft.GetConfiguration()
 	if err := await(ctx, cf); err != nil {
@@ -142,7 +156,7 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 // must run on the leader.
 func (n *Node) Remove(ctx context.Context, id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: node_id is required", ErrInvalidMember)
+		return &MemberError{"node_id", "is required"}
 	}
 	if !n.IsLeader() {
 		return ErrNotLeader

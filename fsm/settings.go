@@ -62,6 +62,18 @@ func DefaultSettings() Settings {
 // maxSettingValue keeps every derived millisecond value far from overflow.
 const maxSettingValue = 10 * 365 * 86400
 
+// SettingError is a setting that breaks a rule.
+type SettingError struct {
+	// Field is the setting at fault.
+	Field string
+	msg   string
+}
+
+func (e *SettingError) Error() string { return e.msg }
+
+// FieldName is the setting at fault.
+func (e *SettingError) FieldName() string { return e.Field }
+
 // Validate reports the first setting that breaks a rule, naming it.
 func (s Settings) Validate() error {
 	fields := []struct {
@@ -85,7 +97,7 @@ func (s Settings) Validate() error {
 	}
 	for _, f := range fields {
 		if f.v < 1 || f.v > maxSettingValue {
-			return fmt.Errorf("%s must be an integer from 1 to %d", f.name, maxSettingValue)
+			return &SettingError{Field: f.name, msg: fmt.Sprintf("%s must be an integer from 1 to %d", f.name, maxSettingValue)}
 		}
 	}
 	if err := orderedRange("lease_ttl", s.LeaseTTLMinSeconds, s.LeaseTTLDefaultSeconds, s.LeaseTTLMaxSeconds); err != nil {
@@ -96,7 +108,7 @@ func (s Settings) Validate() error {
 
 func orderedRange(prefix string, lo, def, hi int64) error {
 	if lo > def || def > hi {
-		return fmt.Errorf("%s_min_seconds <= %s_default_seconds <= %s_max_seconds must hold", prefix, prefix, prefix)
+		return &SettingError{Field: prefix + "_default_seconds", msg: fmt.Sprintf("%s_min_seconds <= %s_default_seconds <= %s_max_seconds must hold", prefix, prefix, prefix)}
 	}
 	return nil
 }

@@ -131,13 +131,13 @@ func (s *Server) putSettings(c *gin.Context) {
 		return
 	}
 	if p.Empty() {
-		fail(c, http.StatusBadRequest, "body must name at least one setting")
+		errReply(http.StatusBadRequest, "body must name at least one setting", gin.H{"field": "body"}).write(c)
 		return
 	}
 	// A quick check against the local settings catches most mistakes without
 	// a log entry; the state machine validates the merged result again.
 	if err := s.node.FSM().Settings().With(p).Validate(); err != nil {
-		fail(c, http.StatusBadRequest, err.Error())
+		invalidReply(err).write(c)
 		return
 	}
 	ctx, cancel := s.requestContext(c)

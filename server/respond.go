@@ -14,13 +14,23 @@ func fail(c *gin.Context, status int, msg string) {
 	errReply(status, msg, nil).write(c)
 }
 
+// invalidReply is a 400 for a request that breaks a rule, naming the field
+// when the error knows it.
+func invalidReply(err error) reply {
+	var fe interface{ FieldName() string }
+	if errors.As(err, &fe) {
+		return errReply(http.StatusBadRequest, err.Error(), gin.H{"field": fe.FieldName()})
+	}
+	return errReply(http.StatusBadRequest, err.Error(), nil)
+}
+
 // clusterReply maps an error from the cluster package. Only errors known to
 // mean "nothing was written" are reported as safe to retry; anything else
 // may have taken effect and is reported as outcome unknown.
 func clusterReply(err error) reply {
 	switch {
 	case errors.Is(err, cluster.ErrInvalidMember):
-		return errReply(http.StatusBadRequest, err.Error(), nil)
+		return invalidReply(err)
 	case errors.Is(err, cluster.ErrUnknownMember):
 		return errReply(http.StatusNotFound, err.Error(), nil)
 	case errors.Is(err, cluster.ErrOutcomeUnknown):

@@ -171,8 +171,12 @@ func TestCLI(t *testing.T) {
 		}
 		cli.want(0, nil, "cluster", "settings", "--set", "queue_max_jobs=100")
 		r = cli.want(1, nil, "cluster", "settings", "--set", "queue_max_jobs=0")
-		if !strings.Contains(r.stderr, "HTTP 400") {
+		if !strings.Contains(r.stderr, "HTTP 400") || jsonOf(t, r.stdout)["field"] != "queue_max_jobs" {
 			t.Errorf("a bad setting: %s", r)
+		}
+		r = cli.want(1, nil, "cluster", "settings", "--set", "visibility_default_seconds=10")
+		if jsonOf(t, r.stdout)["field"] != "visibility_default_seconds" {
+			t.Errorf("a default outside its range: %s", r)
 		}
 	})
 	t.Run("failover", func(t *testing.T) {
