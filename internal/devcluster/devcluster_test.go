@@ -969,15 +969,29 @@ func TestFailuresOfFakeNodes(t *testing.T) {
 	t.Run("signal while waiting", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "dev")
 		sigs := make(chan os.Signal, 1)
-		sigs <- syscall.SIGTERM
 		var stdout lockedBuffer
-		err := Run(Config{Nodes: 3, Dir: dir, Executable: fakeNode(t, `trap "exit 0" TERM; while :; do sleep 0.1; done`), Signals: sigs, Stdout: &stdout})
-		if err != nil || stdout.String() != "stopped\n" {
+		// The signal comes once every node has its trap set: one that came
+		// earlier would end a node by the shell's default action.
+		marks := t.TempDir()
+		ran := make(chan error, 1)
+		go func() {
+			ran <- Run(Config{Nodes: 3, Dir: dir, Executable: fakeNode(t, `trap "exit 0" TERM; touch `+marks+`/$$; while :; do sleep 0.1; done`), Signals: sigs, Stdout: &stdout})
+		}()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if m, _ := os.ReadDir(marks); len(m) == 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the fake nodes did not start within 20 s")
+			}
+		}
+		sigs <- syscall.SIGTERM
+		if err := <-ran; err != nil || stdout.String() != "stopped\n" {
 			t.Fatalf("got %v, stdout %q", err, stdout.String())
 		}
 		// A node killed by the signal is reported: the stop was not clean.
 		sigs <- syscall.SIGTERM
-		err = Run(Config{Nodes: 1, Dir: dir + "-2", Executable: fakeNode(t, `exec sleep 60`), Signals: sigs, Stdout: &stdout})
+		err := Run(Config{Nodes: 1, Dir: dir + "-2", Executable: fakeNode(t, `exec sleep 60`), Signals: sigs, Stdout: &stdout})
 		if err == nil || !strings.Contains(err.Error(), "stopped, but not cleanly: n1 (signal: terminated") {
 			t.Fatalf("got %v", err)
 		}
