@@ -203,6 +203,9 @@ type Request struct {
 	// Repeatable marks a request that may be sent again after an unknown
 	// outcome.
 	Repeatable bool
+	// Once sends the request to the first address only, one attempt: a
+	// probe of one node, not a call to the cluster.
+	Once bool
 }
 
 // Response is a node's answer.
@@ -276,6 +279,12 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		}
 		i := int(c.cur.Load()) % len(c.bases)
 		resp, err := c.send(ctx, c.bases[i], req)
+		if req.Once {
+			if err != nil && !neverSent(err) {
+				err = unknownErr(req, c.bases[i], err)
+			}
+			return resp, err
+		}
 		// Once an attempt may have taken effect, the final answer must say
 		// so: later attempts that certainly did nothing do not replace it.
 		switch outcome := resp.Outcome(); {
@@ -284,7 +293,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 				last, lastErr = nil, err
 			}
 		case err != nil:
-			e := fmt.Errorf("%s %s at %s: %w (%w)", req.Method, req.Path, c.bases[i], ErrUnknown, err)
+			e := unknownErr(req, c.bases[i], err)
 			if !req.Repeatable || ctx.Err() != nil {
 				return nil, e
 			}
@@ -311,6 +320,12 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// unknownErr marks err, from a request that may have reached base, as an
+// unknown outcome.
+func unknownErr(req Request, base string, err error) error {
+	return fmt.Errorf("%s %s at %s: %w (%w)", req.Method, req.Path, base, ErrUnknown, err)
 }
 
 // giveUp is Do's answer when its time is up: the last 503, else the last

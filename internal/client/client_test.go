@@ -194,6 +194,22 @@ func TestAllRefusedBoundedByTimeout(t *testing.T) {
 	}
 }
 
+func TestOnceIsOneAttempt(t *testing.T) {
+	busy := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusServiceUnavailable, "1", notApplied)
+	})
+	c := mustNew(t, Config{Addrs: []string{busy.URL, refusedAddr(t)}, Timeout: 10 * time.Second})
+	resp, err := c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/readyz", Once: true})
+	if err != nil || resp.Status != http.StatusServiceUnavailable || busy.hits.Load() != 1 {
+		t.Fatalf("Once = %v, %v after %d hits; want the one 503", resp, err, busy.hits.Load())
+	}
+	c = mustNew(t, Config{Addrs: []string{refusedAddr(t)}, Timeout: 10 * time.Second})
+	start := time.Now()
+	if _, err := c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/readyz", Once: true}); err == nil || errors.Is(err, ErrUnknown) || time.Since(start) > 2*time.Second {
+		t.Fatalf("Once to a refused address: %v after %v; want the dial error at once", err, time.Since(start))
+	}
+}
+
 func TestOperatorKeyOnlyOnOperatorCalls(t *testing.T) {
 	var keys []string
 	n := newNode(t, func(_ int64, w http.ResponseWriter, r *http.Request) {

@@ -20,6 +20,7 @@ package devcluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/client"
 )
 
 // Defaults of Config.
@@ -60,6 +63,8 @@ const (
 	tailBytes = 64 << 10
 	// pollInterval is how often readiness is checked.
 	pollInterval = 200 * time.Millisecond
+	// probeTimeout bounds one readiness or status probe of a node.
+	probeTimeout = 2 * time.Second
 )
 
 // Config says what cluster Run starts. Zero values take the defaults.
@@ -165,12 +170,11 @@ func (n *node) tail() string { return tail(n.logPath, tailLines) }
 
 // cluster is the state of one Run.
 type cluster struct {
-	cfg    Config
-	dir    string
-	nodes  []*node
-	moved  bool // some recorded address was taken and re-picked
-	client *http.Client
-	exits  chan *node
+	cfg   Config
+	dir   string
+	nodes []*node
+	moved bool // some recorded address was taken and re-picked
+	exits chan *node
 }
 
 // Run starts the cluster, waits until every node is ready, prints the
@@ -189,9 +193,8 @@ func Run(cfg Config) error {
 		return fmt.Errorf("resolve --dir %s: %w", cfg.Dir, err)
 	}
 	c := &cluster{
-		cfg:    cfg,
-		dir:    dir,
-		client: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
+		cfg: cfg,
+		dir: dir,
 	}
 	members, err := c.prepare()
 	if err != nil {
@@ -672,16 +675,16 @@ func (c *cluster) ready(n *node) (bool, string) {
 // get fetches http://addr/path and returns the status code and (the start
 // of) the body.
 func (c *cluster) get(addr, path string) (int, []byte, error) {
-	resp, err := c.client.Get("http://" + addr + path)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	cl, err := client.New(client.Config{Addrs: []string{addr}, Timeout: probeTimeout})
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s of %s: %w", path, addr, err)
 	}
-	return resp.StatusCode, body, nil
+	defer cl.CloseIdle()
+	resp, err := cl.Do(context.Background(), client.Request{Method: http.MethodGet, Path: path, Once: true})
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s of %s: %w", path, addr, err)
+	}
+	return resp.Status, resp.Body, nil
 }
 
 // handleExit deals with a node that exited while none was asked to stop:

@@ -804,7 +804,7 @@ func TestCleanRemovesADevDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{cfg: cfg, dir: dir, client: httpClient}
+	c := &cluster{cfg: cfg, dir: dir}
 	members, err := c.prepare()
 	if err != nil {
 		t.Fatal(err)
