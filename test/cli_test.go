@@ -170,6 +170,13 @@ func TestCLI(t *testing.T) {
 			t.Errorf("queue_max_jobs = %q, want 100", r.stdout)
 		}
 		cli.want(0, nil, "cluster", "settings", "--set", "queue_max_jobs=100")
+		r = cli.want(1, nil, "cluster", "join", "--node-id", "n9", "--raft-addr", "no-port", "--http-addr", "127.0.0.1:1")
+		if jsonOf(t, r.stdout)["field"] != "raft_addr" {
+			t.Errorf("a join with a bad Raft address: %s", r)
+		}
+		if r = cli.want(1, nil, "cluster", "remove", "--node-id", "no-such-node"); !strings.Contains(r.stderr, "HTTP 404") {
+			t.Errorf("removing an unknown member: %s", r)
+		}
 		r = cli.want(1, nil, "cluster", "settings", "--set", "queue_max_jobs=0")
 		if !strings.Contains(r.stderr, "HTTP 400") || jsonOf(t, r.stdout)["field"] != "queue_max_jobs" {
 			t.Errorf("a bad setting: %s", r)
@@ -334,6 +341,12 @@ func cliExec(t *testing.T, cli *cliEnv) {
 			t.Errorf("a completed key ran its command: %q", got)
 		}
 	})
+	t.Run("renews-while-running", func(t *testing.T) {
+		cli := cli.with(t)
+		// A 3 s lease, a 5 s command: only renewals keep it (without them
+		// exec would stop the command at 3 s and exit 5).
+		cli.want(0, e, "exec", "--key", "renewing", "--ttl", "3", "--", "sleep", "5")
+	})
 	t.Run("failure-releases", func(t *testing.T) {
 		cli := cli.with(t)
 		cli.want(7, e, "exec", "--key", "failing", "--", "sh", "-c", "exit 7")
@@ -410,12 +423,19 @@ func TestCLIExecLostLease(t *testing.T) {
 	}
 }
 
+// queueEnv creates a queue and returns the environment that names it and
+// its tokens.
+func (c *cliEnv) queueEnv() []string {
+	c.t.Helper()
+	q := jsonOf(c.t, c.want(0, nil, "queue", "create").stdout)
+	return []string{"HOLDFAST_QUEUE=" + q["queue_id"].(string),
+		"HOLDFAST_WRITE_TOKEN=" + c.secret(q["write_token"].(string)),
+		"HOLDFAST_WORKER_TOKEN=" + c.secret(q["worker_token"].(string)),
+		"HOLDFAST_READ_TOKEN=" + c.secret(q["read_token"].(string))}
+}
+
 func cliWork(t *testing.T, cli *cliEnv) {
-	q := jsonOf(t, cli.want(0, nil, "queue", "create").stdout)
-	e := []string{"HOLDFAST_QUEUE=" + q["queue_id"].(string),
-		"HOLDFAST_WRITE_TOKEN=" + cli.secret(q["write_token"].(string)),
-		"HOLDFAST_WORKER_TOKEN=" + cli.secret(q["worker_token"].(string)),
-		"HOLDFAST_READ_TOKEN=" + cli.secret(q["read_token"].(string))}
+	e := cli.queueEnv()
 	seen := filepath.Join(cli.dir, "seen")
 	// The command sees the payload on stdin and the job in its environment;
 	// a payload saying ok:true succeeds, anything else fails.
@@ -443,15 +463,29 @@ func cliWork(t *testing.T, cli *cliEnv) {
 			t.Errorf("work's log: %s", r.stderr)
 		}
 	})
+	t.Run("renews-while-running", func(t *testing.T) {
+		cli := cli.with(t)
+		// A 3 s window (the replicated minimum lowered for the test), a 5 s
+		// command: only renewals keep the claim, so the ack succeeds.
+		cli.want(0, nil, "cluster", "settings", "--set", "visibility_min_seconds=1")
+		defer cli.want(0, nil, "cluster", "settings", "--set", "visibility_min_seconds=30")
+		e := cli.queueEnv()
+		job := cli.want(0, e, "queue", "enqueue", "--key", "long", "--payload", `{"ok":true}`, "--field", "job_id").stdout
+		r := cli.want(0, e, "work", "--visibility", "3", "--max-jobs", "1", "--", "sh", "-c", "cat > /dev/null; sleep 5")
+		j := jsonOf(t, cli.want(0, e, "queue", "job", "--job", job).stdout)["job"].(map[string]any)
+		if j["status"] != "completed" || j["attempts"] != float64(1) {
+			t.Errorf("the 5 s job with a 3 s window: %v\n%s", j, r.stderr)
+		}
+	})
 	t.Run("drains-on-sigterm", func(t *testing.T) {
 		cli := cli.with(t)
+		e := cli.queueEnv()
 		job := cli.want(0, e, "queue", "enqueue", "--key", "slow", "--payload", `{"ok":true}`, "--field", "job_id").stdout
 		started, done := filepath.Join(cli.dir, "slow-started"), filepath.Join(cli.dir, "slow-done")
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		// The failing job from before is claimed too; only "slow" sleeps.
 		cmd := cli.command(ctx, e, "work", "--concurrency", "2", "--idle-max", "200ms", "--", "sh", "-c",
-			`p=$(cat); [ "$HOLDFAST_JOB_KEY" = slow ] || exit 1; echo up > `+started+`; sleep 2; echo ok > `+done)
+			`cat > /dev/null; echo up > `+started+`; sleep 2; echo ok > `+done)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
