@@ -83,6 +83,11 @@ Commands:
   version         print the version, commit and Go version
   help            show this help
 
-Run "holdfast serve -h" for the node's flags.
+Run "holdfast serve -h" for the node's flags, "holdfast <command> -h" for any other's.
+
+Client commands print the API's JSON answer on stdout and exit with
+  0 success   1 any other failure   2 usage error   3 try later (held, 429, 503,
+  outcome unknown, empty queue)   4 conflict (fingerprint or payload)   5 lost
+  (owner token or receipt no longer valid)
 `)
 }
