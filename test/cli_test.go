@@ -504,3 +504,26 @@ func cliWork(t *testing.T, cli *cliEnv) {
 		}
 	})
 }
+
+// TestCLITLS runs client commands against a cluster that serves HTTPS and
+// requires client certificates: with the CA and a client certificate they
+// work (addresses without a scheme use https), without the certificate the
+// node refuses the connection.
+func TestCLITLS(t *testing.T) {
+	c := env.NewCluster(t, 3, harness.Options{TLS: true, TLSClientAuth: true})
+	c.StartBootstrap()
+	c.WaitAllReady()
+	cert, err := c.PKI().Client("cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := newCLIEnv(t, c.Nodes()...)
+	cli.env = []string{"HOLDFAST_CA_FILE=" + c.PKI().CAFile(), "HOLDFAST_CERT_FILE=" + cert.Cert, "HOLDFAST_KEY_FILE=" + cert.Key}
+	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
+	if r := cli.want(0, []string{"HOLDFAST_NAMESPACE=" + ns}, "lease", "acquire", "--key", "tls", "--field", "status"); r.stdout != "held" {
+		t.Errorf("acquire over TLS: %s", r)
+	}
+	cli.want(0, nil, "example-worker")
+	cli.want(1, []string{"HOLDFAST_CERT_FILE=", "HOLDFAST_KEY_FILE="}, "cluster", "status", "--timeout", "2s")
+	cli.want(2, []string{"HOLDFAST_KEY_FILE="}, "cluster", "status")
+}

@@ -3,8 +3,9 @@
 // list with failover, and the README's rules for what may be sent again.
 //
 // A call moves to the next address when the request was never sent
-// (connection refused, no route, a failed TLS handshake) or when a node
-// answers 503 with outcome "not_applied": nothing happened there. After every
+// (connection refused, no route, a failed TLS handshake, a TLS alert from
+// the node), when a node answers 503 with outcome "not_applied", or when a
+// read loses its answer: nothing happened there. After every
 // address has been tried once it waits for the longest Retry-After it was
 // given (at least a short pause) before the next round, all bounded by the
 // call's timeout. A request whose outcome is unknown (the connection broke
@@ -279,17 +280,22 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		}
 		i := int(c.cur.Load()) % len(c.bases)
 		resp, err := c.send(ctx, c.bases[i], req)
+		// A read never takes effect; any other request may have, unless it
+		// certainly never reached a node.
+		harmless := err != nil && (neverSent(err) || readOnly(req.Method))
 		if req.Once {
-			if err != nil && !neverSent(err) {
+			if err != nil && !harmless {
 				err = unknownErr(req, c.bases[i], err)
 			}
 			return resp, err
 		}
 		// Once an attempt may have taken effect, the final answer must say
 		// so: later attempts that certainly did nothing do not replace it.
+		// Nor does an attempt the deadline cut short replace the reason of
+		// an earlier failure.
 		switch outcome := resp.Outcome(); {
-		case err != nil && neverSent(err):
-			if !unknown {
+		case harmless:
+			if !unknown && (lastErr == nil || ctx.Err() == nil) {
 				last, lastErr = nil, err
 			}
 		case err != nil:
@@ -320,6 +326,11 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// readOnly says whether a request with this method changes nothing.
+func readOnly(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead
 }
 
 // unknownErr marks err, from a request that may have reached base, as an
@@ -372,11 +383,13 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 }
 
 // neverSent says whether err shows that the request never left this process
-// or never reached a node: a failed dial or TLS handshake.
+// or never reached a node's handler: a failed dial, a TLS handshake that
+// failed here, or a TLS alert from the node (it refused the connection, e.g.
+// for want of a client certificate, and so never read a request on it).
 func neverSent(err error) bool {
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "remote error") {
+		return true // crypto/tls reports a TLS alert from the peer as a "remote error"
 	}
 	var rec tls.RecordHeaderError
 	var cv *tls.CertificateVerificationError

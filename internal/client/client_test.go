@@ -145,6 +145,22 @@ func TestUnknownOutcomeNotRepeated(t *testing.T) {
 	}
 }
 
+// A read that loses its answer has changed nothing: it fails over like a
+// refused connection and never reports an unknown outcome.
+func TestReadNeverUnknown(t *testing.T) {
+	a := newNode(t, func(_ int64, w http.ResponseWriter, r *http.Request) { hangUp(w, r) })
+	b := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, "", `{"ok":true}`) })
+	c := mustNew(t, Config{Addrs: []string{a.URL, b.URL}, Timeout: 5 * time.Second})
+	resp, err := c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/cluster/status"})
+	if err != nil || resp.Status != http.StatusOK || b.hits.Load() != 1 {
+		t.Fatalf("Do = %v, %v; want the 200 from b", resp, err)
+	}
+	c = mustNew(t, Config{Addrs: []string{a.URL}, Timeout: time.Second})
+	if _, err := c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/cluster/status"}); err == nil || errors.Is(err, ErrUnknown) {
+		t.Fatalf("a read whose answers are lost: %v; want an error that is not an unknown outcome", err)
+	}
+}
+
 func TestRepeatableAfterUnknown(t *testing.T) {
 	a := newNode(t, func(_ int64, w http.ResponseWriter, r *http.Request) { hangUp(w, r) })
 	b := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, "", `{"ok":true}`) })
