@@ -35,6 +35,10 @@ type Config struct {
 	// no Join addresses and BootstrapExpect at most 1, a new node bootstraps a
 	// single-node cluster.
 	BootstrapExpect int
+	// Restore, for a node without state that bootstraps alone (no Join,
+	// BootstrapExpect at most 1), is a backup the new cluster starts from:
+	// Open returns once it is installed.
+	Restore *Backup
 	// ClusterKey is the shared secret sent on node-to-node HTTP calls.
 	ClusterKey string
 	// Peer, when set, is this node's identity on the links between nodes:

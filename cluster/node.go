@@ -99,14 +99,26 @@ func Open(cfg Config) (*Node, error) {
 	n.goLoop(n.flush)
 	n.goLoop(n.registerLoop)
 	n.goLoop(n.clockLoop)
-	if !hasState {
-		if len(cfg.Join) == 0 && cfg.BootstrapExpect <= 1 {
-			if err := n.bootstrapSelf(); err != nil {
-				_ = n.Shutdown(context.Background())
-				return nil, err
-			}
-		} else {
-			n.goLoop(n.formLoop)
+	alone := len(cfg.Join) == 0 && cfg.BootstrapExpect <= 1
+	switch {
+	case cfg.Restore != nil && hasState:
+		_ = n.Shutdown(context.Background())
+		return nil, fmt.Errorf("%w: %s already holds Raft state; restore into an empty data directory", ErrRestoreRefused, cfg.DataDir)
+	case cfg.Restore != nil && !alone:
+		_ = n.Shutdown(context.Background())
+		return nil, fmt.Errorf("%w: the first node of the new cluster must bootstrap alone (no --join, --bootstrap-expect at most 1); the others join it after the restore", ErrRestoreRefused)
+	case !hasState && alone:
+		if err := n.bootstrapSelf(); err != nil {
+			_ = n.Shutdown(context.Background())
+			return nil, err
+		}
+	case !hasState:
+		n.goLoop(n.formLoop)
+	}
+	if cfg.Restore != nil {
+		if err := n.restore(cfg.Restore); err != nil {
+			_ = n.Shutdown(context.Background())
+			return nil, err
 		}
 	}
 	return n, nil

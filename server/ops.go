@@ -1,9 +1,12 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -26,6 +29,7 @@ func (s *Server) routeOps() {
 	e.POST(cluster.RemovePath, guard, op, body, s.onLeader(false), s.clusterRemove)
 	e.GET("/cluster/settings", guard, s.onLeader(true), s.getSettings)
 	e.PUT("/cluster/settings", guard, op, body, s.onLeader(false), s.putSettings)
+	e.GET(BackupPath, guard, op, s.onLeader(false), s.getBackup)
 	dbg := e.Group("/debug/pprof", guard, op)
 	dbg.GET("/", gin.WrapF(pprof.Index))
 	dbg.GET("/cmdline", gin.WrapF(pprof.Cmdline))
@@ -123,6 +127,32 @@ func (s *Server) getSettings(c *gin.Context) {
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"ok": true, "settings": st})
+}
+
+// BackupPath answers a backup of the replicated state, taken on the leader.
+const BackupPath = "/cluster/snapshot"
+
+// backupTimeout bounds taking a backup: a snapshot of a large state takes
+// seconds.
+const backupTimeout = 2 * time.Minute
+
+// getBackup answers a consistent snapshot of the replicated state as the
+// leader sees it, in the backup file format (cluster.BackupFormat).
+func (s *Server) getBackup(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), max(backupTimeout, s.cfg.RequestTimeout))
+	defer cancel()
+	b, err := s.node.TakeBackup(ctx)
+	if err != nil {
+		clusterReply(err).write(c)
+		return
+	}
+	data, err := b.Encode()
+	if err != nil {
+		fail(c, http.StatusInternalServerError, err.Error())
+		return
+	}
+	c.Header("X-Holdfast-Backup-Index", strconv.FormatUint(b.Header.Index, 10))
+	c.Data(http.StatusOK, "application/octet-stream", data)
 }
 
 func (s *Server) putSettings(c *gin.Context) {

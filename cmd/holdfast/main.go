@@ -8,6 +8,7 @@
 //	holdfast tls ca create [flags]    make a cluster CA
 //	holdfast tls cert create [flags]  issue a node or client certificate signed by the CA
 //	holdfast lease|queue|cluster ...  one API call, its JSON answer on stdout
+//	holdfast snapshot save|inspect F  back the replicated state up, check a backup
 //	holdfast exec [flags] -- CMD      run a command under a lease
 //	holdfast work [flags] -- CMD      run a command per claimed job
 //	holdfast dev [flags]              a local cluster of real node processes
@@ -49,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return queueCommand(args[1:], stdout, stderr)
 	case "cluster":
 		return clusterCommand(args[1:], stdout, stderr)
+	case "snapshot":
+		return snapshotCommand(args[1:], stdout, stderr)
 	case "exec":
 		return execCommand(args[1:], stdout, stderr)
 	case "work":
@@ -77,6 +80,7 @@ Commands:
   lease           namespace, acquire, renew, release, complete ("holdfast lease -h")
   queue           create, enqueue, claim, ack, release, renew, get, job ("holdfast queue -h")
   cluster         status, settings, join, remove ("holdfast cluster -h")
+  snapshot        save FILE (a backup of the replicated state), inspect FILE
   exec            run a command under a lease, with its fencing token in the environment
   work            run a command for each claimed job: exit 0 acks, anything else releases
   dev             start a local cluster of real node processes on free loopback ports

@@ -35,6 +35,7 @@ type serveConfig struct {
 	raftAdvertise   string
 	join            string
 	bootstrapExpect int
+	restore         string
 	clusterKey      string
 	rateLimit       float64
 	rateBurst       int
@@ -67,6 +68,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address other nodes dial (default: the listening address)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of other nodes: a node without data finds or forms its cluster through them; a member restarted on new addresses tells the cluster where it is")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "number of voters a new cluster forms with (with --join listing the others)")
+	fs.StringVar(&c.restore, "restore", "", "start a new cluster from this backup (holdfast snapshot save): only on a first node with an empty data directory, bootstrapping alone; the others then --join it")
 	fs.StringVar(&c.clusterKey, "cluster-key", "", "shared secret for node-to-node and operator calls (prefer HOLDFAST_CLUSTER_KEY)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 1000, "API requests per second allowed per client address on this node (0: no limit)")
 	fs.IntVar(&c.rateBurst, "rate-burst", 2000, "API requests a client address may make at once")
@@ -223,6 +225,17 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 	if httpAdvertise == "" {
 		httpAdvertise = ln.Addr().String()
 	}
+	var restore *cluster.Backup
+	if c.restore != "" {
+		b, sum, err := cluster.ReadBackupFile(c.restore)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("--restore: %w", err)
+		}
+		log.Info("restoring a backup", "file", c.restore, "index", b.Header.Index, "term", b.Header.Term,
+			"leases", sum.Leases, "queues", sum.Queues, "jobs", sum.Jobs.Total, "fencing_counter", sum.FencingCounter)
+		restore = b
+	}
 	node, err := cluster.Open(cluster.Config{
 		NodeID:            id,
 		DataDir:           c.dataDir,
@@ -231,6 +244,7 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		HTTPAdvertise:     httpAdvertise,
 		Join:              client.SplitAddrs(c.join),
 		BootstrapExpect:   c.bootstrapExpect,
+		Restore:           restore,
 		ClusterKey:        c.clusterKey,
 		Peer:              tlsSet.peer,
 		Logger:            log,

@@ -1,0 +1,203 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// BackupFormat names the layout of a backup file: one JSON header line,
+// then the state machine's snapshot bytes exactly as a data directory holds
+// them (hashes of secrets, never raw ones).
+const BackupFormat = "holdfast-backup/1"
+
+// maxBackupHeader bounds a backup file's header line.
+const maxBackupHeader = 4096
+
+// BackupHeader is a backup's first line.
+type BackupHeader struct {
+	Format string `json:"format"`
+	// Index and Term are the Raft position the snapshot was taken at.
+	Index uint64 `json:"index"`
+	Term  uint64 `json:"term"`
+	// Size and SHA256 are those of the snapshot bytes after the header.
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// NodeID is the leader that took it; CreatedAt its clock then (RFC 3339).
+	NodeID    string `json:"node_id"`
+	CreatedAt string `json:"created_at"`
+}
+
+// Backup is a backup file's content, checked.
+type Backup struct {
+	Header   BackupHeader
+	Snapshot []byte
+}
+
+// ErrBackup is wrapped by every error about a malformed backup.
+var ErrBackup = errors.New("invalid backup")
+
+// ErrRestoreRefused is wrapped by the errors of a restore that would
+// overwrite state or could not install the backup alone.
+var ErrRestoreRefused = errors.New("restore refused")
+
+// Encode returns the backup file's bytes.
+func (b *Backup) Encode() ([]byte, error) {
+	h, err := json.Marshal(b.Header)
+	if err != nil {
+		return nil, fmt.Errorf("encode backup header: %w", err)
+	}
+	out := make([]byte, 0, len(h)+1+len(b.Snapshot))
+	out = append(append(append(out, h...), '\n'), b.Snapshot...)
+	return out, nil
+}
+
+// DecodeBackup parses and checks a backup file's bytes: the header, the
+// snapshot's size and SHA-256, and the snapshot's own format and checksum.
+func DecodeBackup(data []byte) (*Backup, fsm.SnapshotSummary, error) {
+	nl := bytes.IndexByte(data[:min(len(data), maxBackupHeader)], '\n')
+	if nl < 0 {
+		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: no header line", ErrBackup)
+	}
+	var h BackupHeader
+	if err := json.Unmarshal(data[:nl], &h); err != nil || h.Format != BackupFormat {
+		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: the header is not a %s header", ErrBackup, BackupFormat)
+	}
+	snap := data[nl+1:]
+	sum := sha256.Sum256(snap)
+	if int64(len(snap)) != h.Size || hex.EncodeToString(sum[:]) != h.SHA256 {
+		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: the snapshot is %d bytes with another checksum than its header says (truncated or altered)", ErrBackup, len(snap))
+	}
+	summary, err := fsm.InspectSnapshot(snap)
+	if err != nil {
+		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: %w", ErrBackup, err)
+	}
+	return &Backup{Header: h, Snapshot: snap}, summary, nil
+}
+
+// ReadBackupFile reads and checks a backup file.
+func ReadBackupFile(path string) (*Backup, fsm.SnapshotSummary, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fsm.SnapshotSummary{}, fmt.Errorf("read backup: %w", err)
+	}
+	return DecodeBackup(data)
+}
+
+// WriteFileAtomic writes data to path through a synced temporary file in the
+// same directory and a rename, so path holds either its old content or all
+// of data.
+func WriteFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("create a temporary file: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
+// TakeBackup snapshots the replicated state as this leader sees it: it
+// confirms leadership, waits until everything committed before the call is
+// applied (a barrier), then takes a Raft snapshot, so the backup holds every
+// write acknowledged before it began.
+func (n *Node) TakeBackup(ctx context.Context) (*Backup, error) {
+	if n.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	if !n.lead.isReady() {
+		return nil, ErrNotReady
+	}
+	if err := await(ctx, n.raft.VerifyLeader()); err != nil {
+		return nil, fmt.Errorf("%w: leadership not confirmed: %w", ErrNotLeader, err)
+	}
+	if err := await(ctx, n.raft.Barrier(backupTimeout(ctx))); err != nil {
+		return nil, fmt.Errorf("%w: barrier before the backup: %w", ErrNotLeader, err)
+	}
+	f := n.raft.Snapshot()
+	if err := await(ctx, f); err != nil {
+		return nil, fmt.Errorf("take a snapshot: %w", err)
+	}
+	meta, rc, err := f.Open()
+	if err != nil {
+		return nil, fmt.Errorf("open the snapshot: %w", err)
+	}
+	defer rc.Close()
+	snap, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("read the snapshot: %w", err)
+	}
+	sum := sha256.Sum256(snap)
+	return &Backup{Header: BackupHeader{
+		Format: BackupFormat, Index: meta.Index, Term: meta.Term,
+		Size: int64(len(snap)), SHA256: hex.EncodeToString(sum[:]),
+		NodeID: n.cfg.NodeID, CreatedAt: n.cfg.Now().UTC().Format(time.RFC3339),
+	}, Snapshot: snap}, nil
+}
+
+// backupTimeout is what is left of ctx for a Raft call that takes a timeout.
+func backupTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return 30 * time.Second
+}
+
+// restore installs a backup into a new single-node cluster this node has
+// just bootstrapped: once it leads, Raft consumes the snapshot (the current
+// configuration is kept, the log continues past the snapshot's index so
+// joiners receive it), then this node records itself in the restored node
+// directory again.
+func (n *Node) restore(b *Backup) error {
+	deadline := time.Now().Add(restoreWait)
+	for n.raft.State() != raft.Leader || !n.lead.isReady() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("restore: this node did not become a ready leader within %v", restoreWait)
+		}
+		if !n.sleep(20 * time.Millisecond) {
+			return errors.New("restore: the node shut down")
+		}
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: b.Header.Index, Term: b.Header.Term, Size: int64(len(b.Snapshot))}
+	if err := n.raft.Restore(meta, bytes.NewReader(b.Snapshot), restoreWait); err != nil {
+		return fmt.Errorf("restore the snapshot: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), restoreWait)
+	defer cancel()
+	n.ensureSelfInDirectory(ctx)
+	n.log.Info("restored a backup", "index", b.Header.Index, "term", b.Header.Term, "from_node", b.Header.NodeID, "taken_at", b.Header.CreatedAt,
+		"fencing_counter", n.fsm.FencingCounter())
+	return nil
+}
+
+// restoreWait bounds each step of a restore.
+const restoreWait = 60 * time.Second

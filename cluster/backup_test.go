@@ -1,0 +1,47 @@
+package cluster
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+func TestBackupFileRoundTripAndDamage(t *testing.T) {
+	snap := fsm.New().SnapshotBytes()
+	sum := sha256.Sum256(snap)
+	b := &Backup{Header: BackupHeader{Format: BackupFormat, Index: 7, Term: 2, Size: int64(len(snap)), SHA256: hex.EncodeToString(sum[:]), NodeID: "n1"}, Snapshot: snap}
+	data, err := b.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "b.backup")
+	if err := WriteFileAtomic(path, data); err != nil {
+		t.Fatal(err)
+	}
+	got, summary, err := ReadBackupFile(path)
+	if err != nil || got.Header != b.Header || string(got.Snapshot) != string(snap) || summary.Leases != 0 {
+		t.Fatalf("round trip: %+v %+v %v", got, summary, err)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
+		t.Errorf("the atomic write left %d files", len(entries))
+	}
+	flipped := append([]byte(nil), data...)
+	flipped[len(flipped)-1] ^= 1
+	for name, bad := range map[string][]byte{
+		"no header":    snap,
+		"other format": []byte(strings.Replace(string(data), BackupFormat, "other/1", 1)),
+		"truncated":    data[:len(data)-1],
+		"altered":      flipped,
+		"empty":        nil,
+	} {
+		if _, _, err := DecodeBackup(bad); !errors.Is(err, ErrBackup) {
+			t.Errorf("%s: DecodeBackup = %v, want ErrBackup", name, err)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/client"
+	"github.com/holdfast/holdfast/server"
+)
+
+// snapshotCommand runs "holdfast snapshot <verb>".
+func snapshotCommand(args []string, stdout, stderr io.Writer) int {
+	return dispatch("snapshot", []subcommand{
+		{"save", "save FILE: a consistent backup of the replicated state, taken on the leader (cluster key)", snapshotSave},
+		{"inspect", "inspect FILE: check a backup and print its index, term, checksum and counts", snapshotInspect},
+	}, args, stdout, stderr)
+}
+
+// backupReport is what save and inspect print.
+type backupReport struct {
+	File string `json:"file"`
+	cluster.BackupHeader
+	fsm.SnapshotSummary
+}
+
+func printBackup(stdout io.Writer, file string, b *cluster.Backup, sum fsm.SnapshotSummary) int {
+	out, err := json.Marshal(backupReport{File: file, BackupHeader: b.Header, SnapshotSummary: sum})
+	if err != nil {
+		return exitFailed
+	}
+	fmt.Fprintln(stdout, string(out))
+	return exitOK
+}
+
+// fileArg parses flags followed by exactly one FILE argument.
+func fileArg(name string, args []string, stderr io.Writer, register func(fs *flag.FlagSet)) (string, int, bool) {
+	fs := newFlags(name, stderr)
+	if register != nil {
+		register(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", exitOK, false
+		}
+		return "", exitUsage, false
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(stderr, "holdfast %s: want exactly one FILE argument\n", name)
+		return "", exitUsage, false
+	}
+	return fs.Arg(0), 0, true
+}
+
+func snapshotSave(args []string, stdout, stderr io.Writer) int {
+	var o *clientOpts
+	file, code, ok := fileArg("snapshot save", args, stderr, func(fs *flag.FlagSet) {
+		o = addConnFlags(fs)
+		o.clusterKey = clusterKeyFlag(fs)
+	})
+	if !ok {
+		return code
+	}
+	cl, err := o.client()
+	if err != nil {
+		return usageError(stderr, "snapshot save", err)
+	}
+	defer cl.CloseIdle()
+	resp, err := cl.Do(context.Background(), client.Request{Method: http.MethodGet, Path: server.BackupPath, Operator: true, Repeatable: true})
+	if err != nil {
+		return errExit(stderr, "snapshot save", err)
+	}
+	if !resp.OK() {
+		return printAnswer(io.Discard, stderr, "snapshot save", "", false, resp)
+	}
+	b, sum, err := cluster.DecodeBackup(resp.Body)
+	if err != nil {
+		fmt.Fprintf(stderr, "holdfast snapshot save: the node's answer: %v\n", err)
+		return exitFailed
+	}
+	if err := cluster.WriteFileAtomic(file, resp.Body); err != nil {
+		fmt.Fprintf(stderr, "holdfast snapshot save: %v\n", err)
+		return exitFailed
+	}
+	return printBackup(stdout, file, b, sum)
+}
+
+func snapshotInspect(args []string, stdout, stderr io.Writer) int {
+	file, code, ok := fileArg("snapshot inspect", args, stderr, nil)
+	if !ok {
+		return code
+	}
+	b, sum, err := cluster.ReadBackupFile(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "holdfast snapshot inspect: %v\n", err)
+		return exitFailed
+	}
+	return printBackup(stdout, file, b, sum)
+}
