@@ -17,12 +17,16 @@ REDOCLY_VERSION="${REDOCLY_VERSION:-2.77.0}"
 DOC=server/openapi.json
 
 # Warnings the document has on purpose, as "rule pointer":
-# - GET /cluster/link answers 101 Switching Protocols, never a 2xx;
-# - /debug/pprof/ is net/http/pprof's index path, trailing slash included;
+# - GET /cluster/link answers 101 Switching Protocols, never a 2xx, and
+#   GET /ui only redirects to /ui/ (301);
+# - /debug/pprof/ is net/http/pprof's index path, trailing slash included,
+#   and /ui/ the status page's (its assets are relative to it);
 # - MethodNotAllowed is the router's answer to a method a path does not
 #   take, which no operation can list (the end-to-end checker uses it).
 KNOWN='operation-2xx-response #/paths/~1cluster~1link/get/responses
+operation-2xx-response #/paths/~1ui/get/responses
 no-path-trailing-slash #/paths/~1debug~1pprof~1
+no-path-trailing-slash #/paths/~1ui~1
 no-unused-components #/components/responses/MethodNotAllowed'
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/hf-openapi-lint.XXXXXX")"

@@ -495,3 +495,9 @@ func (n *Node) removed() bool {
 	}
 	return true
 }
+
+// PeerStatus asks the node at httpAddr for its /cluster/status, as nodes
+// call each other (TLS and the cluster key as configured).
+func (n *Node) PeerStatus(ctx context.Context, httpAddr string) (Status, error) {
+	return n.peerStatus(ctx, httpAddr)
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -21,7 +22,8 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
-	cache    sync.Map // seriesKey -> *requestSeries
+	cache    sync.Map      // seriesKey -> *requestSeries
+	handled  atomic.Uint64 // every request answered, for the status page's rate
 }
 
 func newMetrics(node *cluster.Node) *metrics {
@@ -49,6 +51,7 @@ func (m *metrics) observe() gin.HandlerFunc {
 		c.Next()
 		s := m.series(c.Request.Method, routeOf(c), c.Writer.Status())
 		s.count.Inc()
+		m.handled.Add(1)
 		s.latency.Observe(time.Since(start).Seconds())
 	}
 }

@@ -83,6 +83,7 @@ func New(cfg Config) *Server {
 	s.routeOps()
 	s.routeAPI()
 	s.routeMCP()
+	s.routeUI()
 	return s
 }
 

@@ -1,0 +1,133 @@
+//go:build unix
+
+package test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/test/harness"
+)
+
+// uiArtifactsEnv names a directory where TestStatusPageInBrowser keeps its
+// screenshot (CI sets it); without it the screenshot goes to the test's
+// temporary directory.
+const uiArtifactsEnv = "HOLDFAST_ARTIFACTS_DIR"
+
+// TestStatusPageInBrowser loads the status page of a follower of a
+// three-node cluster in headless Chromium and reads the rendered DOM: the
+// leader named, three members, counts that match the API. It keeps a
+// screenshot, and checks the page's browser protections and that no secret
+// reaches its data.
+func TestStatusPageInBrowser(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (Debian's chromium package; .ci/run installs it)")
+	}
+	c := env.NewCluster(t, 3, harness.Options{})
+	c.StartBootstrap()
+	c.WaitAllReady()
+	leader := c.WaitLeader()
+	follower := harness.Except(c.Nodes(), leader)[0]
+	cli := newCLIEnv(t, follower)
+
+	// Three leases (one completed), one queue with two jobs (one claimed).
+	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
+	e := []string{"HOLDFAST_NAMESPACE=" + ns}
+	for _, k := range []string{"a", "b"} {
+		cli.secret(cli.want(0, e, "lease", "acquire", "--key", k, "--ttl", "600", "--field", "owner_token").stdout)
+	}
+	own := cli.secret(cli.want(0, e, "lease", "acquire", "--key", "c", "--field", "owner_token").stdout)
+	cli.want(0, e, "lease", "complete", "--key", "c", "--owner-token", own, "--result", `{"done":true}`)
+	qe := cli.queueEnv()
+	cli.want(0, qe, "queue", "enqueue", "--key", "j1", "--payload", `{"n":1}`)
+	cli.want(0, qe, "queue", "enqueue", "--key", "j2", "--payload", `{"n":2}`)
+	cli.secret(cli.want(0, qe, "queue", "claim", "--field", "job.receipt").stdout)
+	c.WaitSameState()
+
+	// The page's data, through the harness (checked against the OpenAPI
+	// document like every answer), holds no secret.
+	r, err := follower.Get("/ui/status.json")
+	if err != nil || r.Status != http.StatusOK {
+		t.Fatalf("status.json: %v %v", r, err)
+	}
+	for _, s := range *cli.secrets {
+		if strings.Contains(string(r.Body), s) {
+			t.Errorf("status.json holds a secret: %s", r.Body)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	url := follower.URL("/ui/")
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000"}
+	dom, err := exec.CommandContext(ctx, browser, append(args, "--dump-dom", url)...).Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom %s: %v", url, err)
+	}
+	page := string(dom)
+	if got := regexp.MustCompile(`<strong id="leader">([^<]*)</strong>`).FindStringSubmatch(page); got == nil || got[1] != leader.ID {
+		t.Errorf("the page names leader %q, the cluster's is %s", got, leader.ID)
+	}
+	if got := regexp.MustCompile(`<strong id="node">([^<]*)</strong>`).FindStringSubmatch(page); got == nil || got[1] != follower.ID {
+		t.Errorf("the page names node %q, it was loaded from %s", got, follower.ID)
+	}
+	rows := regexp.MustCompile(`<tr data-id="([^"]+)"[^>]*>(.*?)</tr>`).FindAllStringSubmatch(page, -1)
+	if len(rows) != 3 {
+		t.Errorf("the members table has %d rows, want 3:\n%s", len(rows), page)
+	}
+	for _, row := range rows {
+		if strings.Contains(row[2], "unreachable") {
+			t.Errorf("member %s shows as unreachable: %s", row[1], row[2])
+		}
+	}
+	for id, want := range map[string]string{"leases": "3", "leases_held": "2", "queues": "1", "jobs_pending": "1", "jobs_claimed": "1", "jobs_completed": "0", "jobs_failed": "0"} {
+		got := regexp.MustCompile(`<dd id="` + id + `">([^<]*)</dd>`).FindStringSubmatch(page)
+		if got == nil || got[1] != want {
+			t.Errorf("the page shows %s = %q, want %s", id, got, want)
+		}
+	}
+	for _, s := range *cli.secrets {
+		if strings.Contains(page, s) {
+			t.Errorf("the page shows a secret")
+		}
+	}
+
+	dir := os.Getenv(uiArtifactsEnv)
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(dir, "status-page.png")
+	if out, err := exec.CommandContext(ctx, browser, append(args, "--window-size=1280,720", "--screenshot="+shot, url)...).CombinedOutput(); err != nil {
+		t.Fatalf("chromium --screenshot: %v\n%s", err, out)
+	}
+	if st, err := os.Stat(shot); err != nil || st.Size() < 1000 {
+		t.Fatalf("screenshot %s: %v", shot, err)
+	}
+	t.Logf("screenshot of %s: %s", url, shot)
+
+	// The protections of /mcp: no cross-origin use, no foreign Host.
+	for name, req := range map[string]harness.Request{
+		"Origin":         {Method: http.MethodGet, Path: "/ui/status.json", Header: http.Header{"Origin": {"http://evil.example"}}},
+		"cross-site":     {Method: http.MethodGet, Path: "/ui/", Header: http.Header{"Sec-Fetch-Site": {"cross-site"}}},
+		"rebinding Host": {Method: http.MethodGet, Path: "/ui/status.json", Host: "evil.example"},
+	} {
+		r, err := follower.Do(context.Background(), req)
+		if err != nil || r.Status != http.StatusForbidden {
+			t.Errorf("%s: %v %v, want 403", name, r, err)
+		}
+	}
+	r, err = follower.Get("/ui/")
+	if err != nil || r.Header.Get("X-Frame-Options") != "DENY" || !strings.Contains(r.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Errorf("the page's headers: %v %v", r, err)
+	}
+}
