@@ -1,12 +1,10 @@
 package cluster
 
 import (
-	"bytes"
 	"crypto/tls"
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +12,9 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/holdfast/holdfast/internal/pki/pkitest"
+	"github.com/holdfast/holdfast/internal/testutil"
 	"github.com/holdfast/holdfast/internal/tlsconf"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func testPeer(t *testing.T, p *pkitest.PKI, id string) *tlsconf.Peer {
 	t.Helper()
@@ -120,7 +102,7 @@ func TestTLSStreamConnectsMembersByNodeIDAndRefusesTheWrongNode(t *testing.T) {
 
 func TestTLSStreamRefusesStrangersAndLogsOnceAMinutePerSource(t *testing.T) {
 	p := pkitest.New(t, "cluster CA")
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	server := startStream(t, testPeer(t, p, "n2"), logs)
 	addr := server.Addr().String()
 

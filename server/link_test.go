@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/internal/testutil"
 	"github.com/holdfast/holdfast/server"
 )
 
@@ -18,7 +19,7 @@ import (
 // forwards its clients' requests as REST requests instead; they are still
 // answered.
 func TestRefusedPeerLinkFallsBackToRESTForwarding(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testutil.SyncBuffer{}
 	leader := startNodeWithKey(t, "n0", "key-of-n0", true, logs, server.Config{})
 	waitFor(t, "n0 to lead", 15*time.Second, func() bool {
 		ok, _ := leader.node.Ready()

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,26 +20,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/internal/testutil"
 	"github.com/holdfast/holdfast/server"
 )
-
-// lockedBuffer collects the log output of every node.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // testNode is one in-process node: Raft node, server and HTTP listener.
 type testNode struct {
@@ -233,7 +215,7 @@ func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any,
 // tool list, lease flow, queue flow, protocol errors, the Origin and size
 // guards, and that no secret given as an argument reaches a log line.
 func TestMCP(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testutil.SyncBuffer{}
 	nodes := startCluster(t, logs)
 	follower := nodes[1]
 	cs := connect(t, follower.url)

@@ -17,12 +17,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/holdfast/holdfast/internal/devcluster"
+	"github.com/holdfast/holdfast/internal/testutil"
+	"github.com/holdfast/holdfast/test/harness"
 )
 
 // TestDevCommandUsage checks the exit codes of what devCommand refuses
@@ -61,44 +62,13 @@ func TestDevCommandUsage(t *testing.T) {
 // devBuildHoldfast builds the holdfast binary of this module into dir.
 func devBuildHoldfast(t *testing.T, dir string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
-	mod := strings.TrimSpace(string(out))
-	if err != nil || mod == "" || mod == os.DevNull {
-		t.Fatalf("go env GOMOD: %q %v", mod, err)
-	}
-	// Not named holdfast: `pkill holdfast` on a shared machine must not
-	// reach a test's nodes.
-	bin := filepath.Join(dir, "hfdev-under-test")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/holdfast")
-	cmd.Dir = filepath.Dir(mod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/holdfast: %v\n%s", err, out)
+	bin, err := harness.Build(ctx, dir, harness.BuildOptions{Name: "hfdev-under-test"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
-}
-
-// devBuffer collects a process's output while the test reads it.
-type devBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (d *devBuffer) Write(p []byte) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.b.Write(p)
-}
-
-func (d *devBuffer) String() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.b.String()
 }
 
 func devGet(t *testing.T, c *http.Client, method, url string, body string) (int, []byte) {
@@ -136,7 +106,7 @@ func TestDevEndToEnd(t *testing.T) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	var stdout, stderr devBuffer
+	var stdout, stderr testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// Its own process group, which the cleanup kills whole if anything is
 	// left, after the nodes' groups (each node runs in a group of its own).

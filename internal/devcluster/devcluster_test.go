@@ -24,6 +24,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/testutil"
+	"github.com/holdfast/holdfast/test/harness"
 )
 
 // The end-to-end tests run this test binary itself as the dev process (it
@@ -107,52 +110,16 @@ func nodeBinary(t *testing.T) string {
 }
 
 func buildHoldfast() (bin, dir string, err error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", "", errors.New("not inside the holdfast module")
-	}
-	dir, err = os.MkdirTemp("", "devcluster-test-bin-")
-	if err != nil {
+	if dir, err = os.MkdirTemp("", "devcluster-test-bin-"); err != nil {
 		return "", "", err
 	}
-	// Not named holdfast: `pkill holdfast` on a shared machine must not
-	// reach a test's nodes.
-	bin = filepath.Join(dir, "hfnode-under-test")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/holdfast")
-	cmd.Dir = filepath.Dir(mod)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if bin, err = harness.Build(ctx, dir, harness.BuildOptions{}); err != nil {
 		_ = os.RemoveAll(dir)
-		return "", "", fmt.Errorf("go build ./cmd/holdfast: %w\n%s", err, out)
+		return "", "", err
 	}
 	return bin, dir, nil
-}
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // devProc is a running dev process.
@@ -160,7 +127,7 @@ type devProc struct {
 	t              *testing.T
 	dir            string // its --dir
 	cmd            *exec.Cmd
-	stdout, stderr lockedBuffer
+	stdout, stderr testutil.SyncBuffer
 	done           chan struct{}
 	code           int
 }
@@ -933,7 +900,7 @@ func fakeNode(t *testing.T, body string) string {
 func TestFailuresOfFakeNodes(t *testing.T) {
 	t.Run("exits before ready", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "dev")
-		var stderr lockedBuffer
+		var stderr testutil.SyncBuffer
 		err := Run(Config{Nodes: 1, Dir: dir, Executable: fakeNode(t, `echo "boom: $*"; exit 3`), Stderr: &stderr})
 		var ne *NodeError
 		if !errors.As(err, &ne) || ne.Node != "n1" || !strings.Contains(ne.Problem, "exited before it was ready (exit status 3)") ||
@@ -969,7 +936,7 @@ func TestFailuresOfFakeNodes(t *testing.T) {
 	t.Run("signal while waiting", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "dev")
 		sigs := make(chan os.Signal, 1)
-		var stdout lockedBuffer
+		var stdout testutil.SyncBuffer
 		// The signal comes once every node has its trap set: one that came
 		// earlier would end a node by the shell's default action.
 		marks := t.TempDir()

@@ -1,51 +1,32 @@
 package tlsconf
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/holdfast/holdfast/internal/pki/pkitest"
+	"github.com/holdfast/holdfast/internal/testutil"
 )
 
 // files converts test files to a Source's.
 func files(f pkitest.Files) Files { return Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA} }
 
-// logBuffer is a goroutine-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func testLogger(w *logBuffer) hclog.Logger {
+func testLogger(w *testutil.SyncBuffer) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Output: w, Level: hclog.Info})
 }
 
 func TestSourceFollowsItsFilesAndKeepsTheOldPairWhenTheNewOneIsBroken(t *testing.T) {
 	p := pkitest.New(t, "ca")
 	f := files(p.Node("n1"))
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	src, err := NewSource("api", f, testLogger(logs), nil)
 	if err != nil {
 		t.Fatal(err)
