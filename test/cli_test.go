@@ -527,3 +527,27 @@ func TestCLITLS(t *testing.T) {
 	cli.want(1, []string{"HOLDFAST_CERT_FILE=", "HOLDFAST_KEY_FILE="}, "cluster", "status", "--timeout", "2s")
 	cli.want(2, []string{"HOLDFAST_KEY_FILE="}, "cluster", "status")
 }
+
+// TestCLITryLater: a 429 (the queue quota) and a 503 (no leader) both exit
+// 3, the 429 saying how many seconds to wait.
+func TestCLITryLater(t *testing.T) {
+	c := env.NewCluster(t, 3, harness.Options{})
+	c.StartBootstrap()
+	c.WaitAllReady()
+	leader := c.WaitLeader()
+	cli := newCLIEnv(t, leader)
+	cli.want(0, nil, "cluster", "settings", "--set", "queues_per_client=1")
+	cli.want(0, nil, "queue", "create", "--env")
+	r := cli.want(3, nil, "queue", "create")
+	if !strings.Contains(r.stderr, "HTTP 429") || !regexp.MustCompile(`retry in \d+ seconds`).MatchString(r.stderr) {
+		t.Errorf("the second queue over a quota of one: %s", r)
+	}
+	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
+	for _, n := range harness.Except(c.Nodes(), leader) {
+		c.Stop(n)
+	}
+	r = cli.want(3, []string{"HOLDFAST_NAMESPACE=" + ns}, "lease", "acquire", "--key", "k", "--timeout", "3s")
+	if !strings.Contains(r.stderr, "HTTP 503") {
+		t.Errorf("an acquire without a quorum: %s", r)
+	}
+}

@@ -198,14 +198,14 @@ func (r *execRun) acquire(sigs <-chan os.Signal) (execLease, int, bool) {
 		case exitFor(resp) != exitLater:
 			return execLease{}, printAnswer(io.Discard, r.stderr, "exec", "", false, resp), true
 		}
-		// Held, rate limited or no leader: ask again while --wait allows,
-		// after the answer's Retry-After but at least once a second, since a
-		// holder may release before its lease would expire.
+		// Held, rate limited or no leader: ask again after the answer's
+		// Retry-After (for a held lease, the rest of its TTL), while --wait
+		// allows.
 		left := time.Until(deadline)
 		if left <= 0 {
 			return execLease{}, printAnswer(io.Discard, r.stderr, "exec", "", false, resp), true
 		}
-		pause := min(max(resp.RetryAfter(), 200*time.Millisecond), time.Second, left)
+		pause := min(max(resp.RetryAfter(), 200*time.Millisecond), left)
 		t := time.NewTimer(pause)
 		select {
 		case s := <-sigs:
