@@ -9,19 +9,24 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 
 	"github.com/holdfast/holdfast/internal/client"
 )
 
-// queueRole names a queue token's role and the environment variable it is
-// read from by default.
-type queueRole struct{ name, env string }
+// queueRole is a queue token's role; its token is read from the
+// environment variable HOLDFAST_<ROLE>_TOKEN by default.
+type queueRole string
 
-var (
-	writeRole  = queueRole{"write", "HOLDFAST_WRITE_TOKEN"}
-	workerRole = queueRole{"worker", "HOLDFAST_WORKER_TOKEN"}
-	readRole   = queueRole{"read", "HOLDFAST_READ_TOKEN"}
+// The three roles of a queue's tokens.
+const (
+	writeRole  queueRole = "write"
+	workerRole queueRole = "worker"
+	readRole   queueRole = "read"
 )
+
+// env is the environment variable that holds the role's token.
+func (r queueRole) env() string { return "HOLDFAST_" + strings.ToUpper(string(r)) + "_TOKEN" }
 
 // queueCommand runs "holdfast queue <verb>".
 func queueCommand(args []string, stdout, stderr io.Writer) int {
@@ -49,7 +54,7 @@ func newQueueFlags(name string, role queueRole, stderr io.Writer) *queueFlags {
 	q := &queueFlags{fs: newFlags(name, stderr)}
 	q.opts = addClientFlags(q.fs)
 	q.fs.StringVar(&q.queue, "queue", envOr("HOLDFAST_QUEUE", ""), "queue id (HOLDFAST_QUEUE)")
-	q.token = secretFlag(q.fs, "token", role.env, "the queue's "+role.name+" token")
+	q.token = secretFlag(q.fs, "token", role.env(), "the queue's "+string(role)+" token")
 	return q
 }
 
@@ -94,7 +99,7 @@ func exportQueue(body []byte, stdout io.Writer) error {
 		return fmt.Errorf("decode the answer: %w", err)
 	}
 	vars := []struct{ name, value string }{
-		{"HOLDFAST_QUEUE", q.QueueID}, {writeRole.env, q.WriteToken}, {workerRole.env, q.WorkerToken}, {readRole.env, q.ReadToken},
+		{"HOLDFAST_QUEUE", q.QueueID}, {writeRole.env(), q.WriteToken}, {workerRole.env(), q.WorkerToken}, {readRole.env(), q.ReadToken},
 	}
 	for _, v := range vars {
 		// Ids and tokens are hex: nothing a shell would expand.

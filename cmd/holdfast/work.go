@@ -73,7 +73,7 @@ func workCommand(args []string, stdout, stderr io.Writer) int {
 	o := addConnFlags(fs)
 	w := &workRun{stdout: stdout, stderr: stderr, stopping: make(chan struct{}), hard: make(chan struct{})}
 	fs.StringVar(&w.queue, "queue", envOr("HOLDFAST_QUEUE", ""), "queue id (HOLDFAST_QUEUE)")
-	token := secretFlag(fs, "token", "HOLDFAST_WORKER_TOKEN", "the queue's worker token")
+	token := secretFlag(fs, "token", workerRole.env(), "the queue's worker token")
 	conc := fs.Int("concurrency", 1, "jobs run at the same time")
 	fs.IntVar(&w.visibility, "visibility", 60, "visibility_timeout of each claim, in seconds")
 	fs.Int64Var(&w.maxJobs, "max-jobs", 0, "exit after this many jobs (0: run until a signal)")
