@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -53,15 +52,22 @@ var ErrBackup = errors.New("invalid backup")
 // overwrite state or could not install the backup alone.
 var ErrRestoreRefused = errors.New("restore refused")
 
-// Encode returns the backup file's bytes.
-func (b *Backup) Encode() ([]byte, error) {
+// WriteTo writes the backup file's bytes to w: the header line, then the
+// snapshot.
+func (b *Backup) WriteTo(w io.Writer) (int64, error) {
 	h, err := json.Marshal(b.Header)
 	if err != nil {
-		return nil, fmt.Errorf("encode backup header: %w", err)
+		return 0, fmt.Errorf("encode backup header: %w", err)
 	}
-	out := make([]byte, 0, len(h)+1+len(b.Snapshot))
-	out = append(append(append(out, h...), '\n'), b.Snapshot...)
-	return out, nil
+	n, err := w.Write(append(h, '\n'))
+	if err != nil {
+		return int64(n), fmt.Errorf("write backup header: %w", err)
+	}
+	m, err := w.Write(b.Snapshot)
+	if err != nil {
+		return int64(n + m), fmt.Errorf("write backup snapshot: %w", err)
+	}
+	return int64(n + m), nil
 }
 
 // DecodeBackup parses and checks a backup file's bytes: the header, the
@@ -94,36 +100,6 @@ func ReadBackupFile(path string) (*Backup, fsm.SnapshotSummary, error) {
 		return nil, fsm.SnapshotSummary{}, fmt.Errorf("read backup: %w", err)
 	}
 	return DecodeBackup(data)
-}
-
-// WriteFileAtomic writes data to path through a synced temporary file in the
-// same directory and a rename, so path holds either its old content or all
-// of data.
-func WriteFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create a temporary file: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
 }
 
 // TakeBackup snapshots the replicated state as this leader sees it: it

@@ -162,7 +162,7 @@ func (n *Node) sampleClocks() []string {
 	for addr := range targets {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		t0 := n.cfg.Now()
-		st, err := n.peerStatus(ctx, addr)
+		st, err := n.PeerStatus(ctx, addr)
 		t1 := n.cfg.Now()
 		cancel()
 		if err != nil || st.ClockUnixMs == 0 || st.NodeID == n.cfg.NodeID || t1.Sub(t0) > maxSampleRTT {

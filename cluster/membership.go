@@ -229,7 +229,7 @@ func (n *Node) formOnce(ctx context.Context) (bool, error) {
 	known := []Status{}
 	var lastErr error
 	for _, addr := range n.cfg.Join {
-		st, err := n.peerStatus(ctx, addr)
+		st, err := n.PeerStatus(ctx, addr)
 		if err != nil {
 			lastErr = err
 			continue
@@ -377,7 +377,10 @@ func (n *Node) peerRequest(ctx context.Context, method, addr, path string, body 
 	return resp, nil
 }
 
-func (n *Node) peerStatus(ctx context.Context, addr string) (Status, error) {
+// PeerStatus asks the node at addr (its HTTP address) for its
+// /cluster/status, as nodes call each other (TLS and the cluster key as
+// configured).
+func (n *Node) PeerStatus(ctx context.Context, addr string) (Status, error) {
 	resp, err := n.peerRequest(ctx, http.MethodGet, addr, StatusPath, nil)
 	if err != nil {
 		return Status{}, err
@@ -494,10 +497,4 @@ func (n *Node) removed() bool {
 		}
 	}
 	return true
-}
-
-// PeerStatus asks the node at httpAddr for its /cluster/status, as nodes
-// call each other (TLS and the cluster key as configured).
-func (n *Node) PeerStatus(ctx context.Context, httpAddr string) (Status, error) {
-	return n.peerStatus(ctx, httpAddr)
 }

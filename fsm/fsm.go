@@ -206,12 +206,13 @@ func (f *FSM) FencingCounter() uint64 {
 	return f.st.fencing
 }
 
-// Stats are gauges for metrics, computed at a given time.
+// Stats are gauges for metrics, the status page and backups, computed at a
+// given time.
 type Stats struct {
-	Leases     int // lease records within their lifecycle
-	LeasesHeld int // leases held and unexpired
-	Queues     int // live queues
-	Jobs       Counts
+	Leases     int    `json:"leases"`      // lease records within their lifecycle
+	LeasesHeld int    `json:"leases_held"` // leases held and unexpired
+	Queues     int    `json:"queues"`      // live queues
+	Jobs       Counts `json:"jobs"`        // their jobs by status
 }
 
 // Stats counts leases, queues and jobs at nodeNow. It scans the state and is
@@ -219,9 +220,13 @@ type Stats struct {
 func (f *FSM) Stats(nodeNow int64) Stats {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	now := f.st.readNow(nodeNow)
+	return f.st.stats(f.st.readNow(nodeNow))
+}
+
+// stats counts the live records at now.
+func (s *state) stats(now int64) Stats {
 	var st Stats
-	for _, l := range f.st.leases {
+	for _, l := range s.leases {
 		if l.absoluteExpiresAt <= now {
 			continue
 		}
@@ -230,12 +235,12 @@ func (f *FSM) Stats(nodeNow int64) Stats {
 			st.LeasesHeld++
 		}
 	}
-	for _, q := range f.st.queues {
+	for _, q := range s.queues {
 		if q.expiresAt <= now {
 			continue
 		}
 		st.Queues++
-		c := f.st.queueView(q, now).Counts
+		c := s.queueView(q, now).Counts
 		st.Jobs.Pending += c.Pending
 		st.Jobs.Claimed += c.Claimed
 		st.Jobs.Completed += c.Completed

@@ -161,7 +161,11 @@ func (s JobStatus) String() string {
 
 // Counts are a queue's jobs by status.
 type Counts struct {
-	Pending, Claimed, Completed, Failed, Total int
+	Pending   int `json:"pending"`
+	Claimed   int `json:"claimed"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	Total     int `json:"total"`
 }
 
 // QueueView is the readable part of a queue. Times are Unix milliseconds.

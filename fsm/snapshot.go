@@ -328,23 +328,9 @@ type SnapshotSummary struct {
 	ClockUnixMs int64 `json:"clock_unix_ms"`
 	// FencingCounter is the last fencing token issued.
 	FencingCounter uint64 `json:"fencing_counter"`
-	// Leases counts lease records; LeasesHeld those held and unexpired.
-	Leases     int `json:"leases"`
-	LeasesHeld int `json:"leases_held"`
-	// Queues counts queues, Jobs their jobs by status.
-	Queues int       `json:"queues"`
-	Jobs   JobCounts `json:"jobs"`
 	// Nodes counts the node directory's entries.
 	Nodes int `json:"nodes"`
-}
-
-// JobCounts are jobs by status.
-type JobCounts struct {
-	Pending   int `json:"pending"`
-	Claimed   int `json:"claimed"`
-	Completed int `json:"completed"`
-	Failed    int `json:"failed"`
-	Total     int `json:"total"`
+	Stats
 }
 
 // InspectSnapshot checks snapshot bytes (format and checksum) and
@@ -354,19 +340,5 @@ func InspectSnapshot(b []byte) (SnapshotSummary, error) {
 	if err != nil {
 		return SnapshotSummary{}, err
 	}
-	sum := SnapshotSummary{ClockUnixMs: s.clock, FencingCounter: s.fencing, Leases: len(s.leases), Queues: len(s.queues), Nodes: len(s.nodes)}
-	for _, l := range s.leases {
-		if l.state == leaseHeld && l.leaseExpiresAt > s.clock {
-			sum.LeasesHeld++
-		}
-	}
-	for _, q := range s.queues {
-		c := s.queueView(q, s.clock).Counts
-		sum.Jobs.Pending += c.Pending
-		sum.Jobs.Claimed += c.Claimed
-		sum.Jobs.Completed += c.Completed
-		sum.Jobs.Failed += c.Failed
-		sum.Jobs.Total += len(q.jobs)
-	}
-	return sum, nil
+	return SnapshotSummary{ClockUnixMs: s.clock, FencingCounter: s.fencing, Nodes: len(s.nodes), Stats: s.stats(s.clock)}, nil
 }

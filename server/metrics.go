@@ -3,13 +3,13 @@ package server
 import (
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/holdfast/holdfast/cluster"
 )
@@ -22,8 +22,7 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
-	cache    sync.Map      // seriesKey -> *requestSeries
-	handled  atomic.Uint64 // every request answered, for the status page's rate
+	cache    sync.Map // seriesKey -> *requestSeries
 }
 
 func newMetrics(node *cluster.Node) *metrics {
@@ -51,7 +50,6 @@ func (m *metrics) observe() gin.HandlerFunc {
 		c.Next()
 		s := m.series(c.Request.Method, routeOf(c), c.Writer.Status())
 		s.count.Inc()
-		m.handled.Add(1)
 		s.latency.Observe(time.Since(start).Seconds())
 	}
 }
@@ -80,6 +78,20 @@ func (m *metrics) series(method, route string, status int) *requestSeries {
 	}
 	m.cache.Store(k, s)
 	return s
+}
+
+// requestsTotal sums the request counters: every request answered since the
+// node started, read from the series the requests already count in.
+func (m *metrics) requestsTotal() uint64 {
+	var total float64
+	m.cache.Range(func(_, v any) bool {
+		var d dto.Metric
+		if v.(*requestSeries).count.Write(&d) == nil {
+			total += d.GetCounter().GetValue()
+		}
+		return true
+	})
+	return uint64(total)
 }
 
 func (m *metrics) handler() gin.HandlerFunc {

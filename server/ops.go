@@ -146,13 +146,12 @@ func (s *Server) getBackup(c *gin.Context) {
 		clusterReply(err).write(c)
 		return
 	}
-	data, err := b.Encode()
-	if err != nil {
-		fail(c, http.StatusInternalServerError, err.Error())
-		return
-	}
 	c.Header("X-Holdfast-Backup-Index", strconv.FormatUint(b.Header.Index, 10))
-	c.Data(http.StatusOK, "application/octet-stream", data)
+	c.Header("Content-Type", "application/octet-stream")
+	c.Status(http.StatusOK)
+	if _, err := b.WriteTo(c.Writer); err != nil {
+		s.log.Warn("sending a backup failed", "error", err)
+	}
 }
 
 func (s *Server) putSettings(c *gin.Context) {

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/fsm"
 )
 
 // uiFiles are the status page's assets: plain HTML, CSS and JavaScript, no
@@ -80,24 +81,13 @@ type uiMember struct {
 	Error         string `json:"error,omitempty"`
 }
 
-// uiCounts are the replicated state's records, as this node has applied them.
-type uiCounts struct {
-	Leases      int `json:"leases"`
-	LeasesHeld  int `json:"leases_held"`
-	Queues      int `json:"queues"`
-	JobsPending int `json:"jobs_pending"`
-	JobsClaimed int `json:"jobs_claimed"`
-	JobsDone    int `json:"jobs_completed"`
-	JobsFailed  int `json:"jobs_failed"`
-}
-
 // uiStatusBody is the status page's data: no secret is in any of it.
 type uiStatusBody struct {
 	NodeID        string            `json:"node_id"`
 	LeaderID      string            `json:"leader_id"`
 	Term          uint64            `json:"term"`
 	Members       []uiMember        `json:"members"`
-	Counts        uiCounts          `json:"counts"`
+	Counts        fsm.Stats         `json:"counts"`
 	Proposals     map[string]uint64 `json:"proposals"`
 	RequestsTotal uint64            `json:"requests_total"`
 	TimeUnixMs    int64             `json:"time_unix_ms"`
@@ -130,13 +120,11 @@ func (s *Server) uiStatus(c *gin.Context) {
 	}
 	wg.Wait()
 	now := s.node.Now()
-	st := s.node.FSM().Stats(now)
 	c.JSON(http.StatusOK, uiStatusBody{
 		NodeID: self.NodeID, LeaderID: self.LeaderID, Term: self.Term, Members: members,
-		Counts: uiCounts{Leases: st.Leases, LeasesHeld: st.LeasesHeld, Queues: st.Queues,
-			JobsPending: st.Jobs.Pending, JobsClaimed: st.Jobs.Claimed, JobsDone: st.Jobs.Completed, JobsFailed: st.Jobs.Failed},
+		Counts:        s.node.FSM().Stats(now),
 		Proposals:     s.node.Counters().Proposals,
-		RequestsTotal: s.metrics.handled.Load(),
+		RequestsTotal: s.metrics.requestsTotal(),
 		TimeUnixMs:    now,
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast/holdfast/cluster"
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/atomicfile"
 	"github.com/holdfast/holdfast/internal/client"
 	"github.com/holdfast/holdfast/server"
 )
@@ -84,7 +85,7 @@ func snapshotSave(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "holdfast snapshot save: the node's answer: %v\n", err)
 		return exitFailed
 	}
-	if err := cluster.WriteFileAtomic(file, resp.Body); err != nil {
+	if err := atomicfile.Write(file, resp.Body); err != nil {
 		fmt.Fprintf(stderr, "holdfast snapshot save: %v\n", err)
 		return exitFailed
 	}

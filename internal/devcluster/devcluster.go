@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/holdfast/holdfast/internal/atomicfile"
 	"github.com/holdfast/holdfast/internal/client"
 )
 
@@ -305,7 +306,7 @@ func (c *cluster) prepare() ([]member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("record the ports: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(c.dir, PortsFile), b); err != nil {
+	if err := atomicfile.Write(filepath.Join(c.dir, PortsFile), b); err != nil {
 		return nil, fmt.Errorf("record the ports: %w", err)
 	}
 	return members, nil
@@ -542,7 +543,7 @@ func (c *cluster) startNodes(members []member) error {
 	for _, n := range c.nodes {
 		fmt.Fprintf(&pids, "%s %d\n", n.ID, n.cmd.Process.Pid)
 	}
-	if err := writeFileAtomic(filepath.Join(c.dir, PidsFile), []byte(pids.String())); err != nil {
+	if err := atomicfile.Write(filepath.Join(c.dir, PidsFile), []byte(pids.String())); err != nil {
 		return fmt.Errorf("record the process ids: %w", err)
 	}
 	return nil
@@ -835,17 +836,4 @@ func marshalJSON(v any) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
-}
-
-// writeFileAtomic writes b to path through a temporary file and a rename.
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
 }

@@ -44,7 +44,8 @@ function render(s) {
     cell(row, m.error ? "" : m.clock_offset_ms + " ms", m.clock_skewed);
     cell(row, m.error || (m.clock_skewed ? "clock skewed: it does not lead" : ""), !!m.error);
   }
-  for (const k of Object.keys(s.counts)) text(k, s.counts[k]);
+  for (const k of ["leases", "leases_held", "queues"]) text(k, s.counts[k]);
+  for (const k of ["pending", "claimed", "completed", "failed"]) text("jobs_" + k, s.counts.jobs[k]);
   text("request_rate", rate(s, previous, (x) => x.requests_total));
   text("proposal_rate", rate(s, previous, (x) => (x.proposals && x.proposals.applied) || 0));
   text("proposals", Object.entries(s.proposals || {}).map(([k, v]) => k + " " + v).join(", ") || "none");
