@@ -52,6 +52,9 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 	}
 	l := s.liveLease(c.Lease)
 	if l == nil {
+		if _, ended := s.leases[c.Lease]; !ended && int64(len(s.leases)) >= s.settings.MaxLeases {
+			return LeaseResult{Outcome: LeaseLimitReached, Now: s.clock, Limit: s.settings.MaxLeases}
+		}
 		l = &lease{
 			epoch:             s.epoch,
 			id:                c.Lease,

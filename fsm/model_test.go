@@ -115,6 +115,8 @@ func (g *gen) next() Command {
 		s.VisibilityMinSeconds = 1
 		s.QueuesPerClient = int64(1 + g.pick(3))
 		s.LeaseLifecycleSeconds = int64(600 + g.pick(86400))
+		s.MaxLeases = int64(1 + g.pick(8))
+		s.MaxQueues = int64(1 + g.pick(4))
 		p := PatchOf(s)
 		// Name a random subset of the settings.
 		for i, f := range p.slots() {

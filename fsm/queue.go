@@ -122,6 +122,9 @@ func (s *state) queueResult(o QueueOutcome, q *queue, j *job) QueueResult {
 }
 
 func (s *state) applyQueueCreate(c *QueueCreate) QueueResult {
+	if int64(len(s.queues)) >= s.settings.MaxQueues {
+		return QueueResult{Outcome: QueueLimitReached, Now: s.clock, Limit: s.settings.MaxQueues}
+	}
 	cl := s.clients[c.Client]
 	if cl != nil {
 		cl = s.mutClient(cl)

@@ -27,9 +27,12 @@ const (
 	// LeaseInvalid: the command broke a replicated limit that changed after
 	// the leader validated it; nothing changed.
 	LeaseInvalid
+	// LeaseLimitReached: the key has no record and the cluster holds
+	// max_leases records (acquire); nothing changed.
+	LeaseLimitReached
 )
 
-var leaseOutcomeNames = [...]string{"", "granted", "held", "completed", "conflict", "renewed", "released", "lost", "invalid"}
+var leaseOutcomeNames = [...]string{"", "granted", "held", "completed", "conflict", "renewed", "released", "lost", "invalid", "limit_reached"}
 
 // String returns the outcome's name.
 func (o LeaseOutcome) String() string {
@@ -54,6 +57,8 @@ type LeaseResult struct {
 	CompletedAt       int64
 	// Result is the stored canonical JSON of a completed lease.
 	Result []byte
+	// Limit is max_leases for LeaseLimitReached.
+	Limit int64
 }
 
 // QueueOutcome is the business outcome of a queue command.
@@ -101,11 +106,14 @@ const (
 	// QueueInvalid: the command broke a replicated limit that changed after the
 	// leader validated it; nothing changed.
 	QueueInvalid
+	// QueueLimitReached: the cluster holds max_queues live queues (create);
+	// nothing changed.
+	QueueLimitReached
 )
 
 var queueOutcomeNames = [...]string{"", "created", "rate_limited", "queue_id_taken", "queue_not_found", "forbidden",
 	"job_not_found", "job_created", "deduplicated", "job_key_conflict", "job_limit_reached", "job_id_taken",
-	"claimed", "empty", "acked", "released", "renewed", "receipt_rejected", "found", "invalid"}
+	"claimed", "empty", "acked", "released", "renewed", "receipt_rejected", "found", "invalid", "queue_limit_reached"}
 
 // String returns the outcome's name.
 func (o QueueOutcome) String() string {
@@ -208,6 +216,8 @@ type QueueResult struct {
 	Reason RejectReason
 	// RetryAfterSeconds is set for QueueRateLimited.
 	RetryAfterSeconds int64
+	// Limit is max_queues for QueueLimitReached.
+	Limit int64
 }
 
 // SweepResult says what one sweep entry expired.

@@ -37,6 +37,13 @@ type Settings struct {
 	QueuesPerClient int64 `json:"queues_per_client"`
 	// QueueCreateWindowSeconds is the window QueuesPerClient counts over.
 	QueueCreateWindowSeconds int64 `json:"queue_create_window_seconds"`
+
+	// MaxLeases bounds the lease records the cluster holds (a record lives
+	// for its key's 24-hour lifecycle): beyond it an acquire of a new key is
+	// refused, while keys that have a record work as before.
+	MaxLeases int64 `json:"max_leases"`
+	// MaxQueues bounds the live queues: beyond it queue creation is refused.
+	MaxQueues int64 `json:"max_queues"`
 }
 
 // DefaultSettings returns the limits of the specification.
@@ -56,8 +63,16 @@ func DefaultSettings() Settings {
 		MaxPayloadBytes:          16384,
 		QueuesPerClient:          20,
 		QueueCreateWindowSeconds: 86400,
+		MaxLeases:                DefaultMaxLeases,
+		MaxQueues:                DefaultMaxQueues,
 	}
 }
+
+// The default bounds of the state, sized with the README's memory budget.
+const (
+	DefaultMaxLeases = 2_000_000
+	DefaultMaxQueues = 100_000
+)
 
 // maxSettingValue keeps every derived millisecond value far from overflow.
 const maxSettingValue = 10 * 365 * 86400
@@ -94,6 +109,8 @@ func (s Settings) Validate() error {
 		{"max_payload_bytes", s.MaxPayloadBytes},
 		{"queues_per_client", s.QueuesPerClient},
 		{"queue_create_window_seconds", s.QueueCreateWindowSeconds},
+		{"max_leases", s.MaxLeases},
+		{"max_queues", s.MaxQueues},
 	}
 	for _, f := range fields {
 		if f.v < 1 || f.v > maxSettingValue {
@@ -113,17 +130,32 @@ func orderedRange(prefix string, lo, def, hi int64) error {
 	return nil
 }
 
+// encode writes the number of settings, then each in wire order, so a
+// later version that appends settings can still read this one.
 func (s Settings) encode(e *wire.Encoder) {
-	for _, v := range s.values() {
+	vs := s.values()
+	e.Uvarint(uint64(len(vs)))
+	for _, v := range vs {
 		e.Varint(*v)
 	}
 }
 
-func (s *Settings) decode(d *wire.Decoder) {
-	for _, v := range s.values() {
+// decode reads n settings in wire order; the ones after them, which the
+// writer did not know, keep their defaults.
+func (s *Settings) decode(d *wire.Decoder, n uint64) {
+	*s = DefaultSettings()
+	vs := s.values()
+	if n > uint64(len(vs)) {
+		d.Fail("snapshot names an unknown setting")
+		return
+	}
+	for _, v := range vs[:n] {
 		*v = d.Varint()
 	}
 }
+
+// settingsV1 is how many settings a version 1 snapshot holds, uncounted.
+const settingsV1 = 14
 
 // values lists the settings in their fixed wire order. New settings are
 // appended, never inserted.
@@ -133,6 +165,7 @@ func (s *Settings) values() []*int64 {
 		&s.MaxResultBytes, &s.QueueLifetimeSeconds, &s.QueueMaxJobs, &s.QueueMaxAttempts,
 		&s.VisibilityMinSeconds, &s.VisibilityMaxSeconds, &s.VisibilityDefaultSeconds,
 		&s.MaxPayloadBytes, &s.QueuesPerClient, &s.QueueCreateWindowSeconds,
+		&s.MaxLeases, &s.MaxQueues,
 	}
 }
 
@@ -154,6 +187,8 @@ type SettingsPatch struct {
 	MaxPayloadBytes          *int64 `json:"max_payload_bytes,omitempty"`
 	QueuesPerClient          *int64 `json:"queues_per_client,omitempty"`
 	QueueCreateWindowSeconds *int64 `json:"queue_create_window_seconds,omitempty"`
+	MaxLeases                *int64 `json:"max_leases,omitempty"`
+	MaxQueues                *int64 `json:"max_queues,omitempty"`
 }
 
 // slots lists the patch's fields in the wire order of Settings.values.
@@ -163,6 +198,7 @@ func (p *SettingsPatch) slots() []**int64 {
 		&p.MaxResultBytes, &p.QueueLifetimeSeconds, &p.QueueMaxJobs, &p.QueueMaxAttempts,
 		&p.VisibilityMinSeconds, &p.VisibilityMaxSeconds, &p.VisibilityDefaultSeconds,
 		&p.MaxPayloadBytes, &p.QueuesPerClient, &p.QueueCreateWindowSeconds,
+		&p.MaxLeases, &p.MaxQueues,
 	}
 }
 

@@ -16,10 +16,12 @@ import (
 )
 
 // Snapshot layout: magic, format version, the state in sorted order, and a
-// SHA-256 of everything before it. Equal states give equal bytes.
+// SHA-256 of everything before it. Equal states give equal bytes. Version 2
+// counts its settings; version 1, which held the first settingsV1 of them
+// uncounted, is still read (the later settings take their defaults).
 const (
 	snapshotMagic   = "HOLDFAST-SNAP"
-	snapshotVersion = 1
+	snapshotVersion = 2
 )
 
 // ErrSnapshot is wrapped by every error restoring a snapshot.
@@ -207,13 +209,18 @@ func decodeState(b []byte) (*state, error) {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrSnapshot)
 	}
 	d := wire.NewDecoder(body[len(snapshotMagic):])
-	if v := d.Uvarint(); v != snapshotVersion {
-		return nil, fmt.Errorf("%w: unknown format version %d", ErrSnapshot, v)
+	version := d.Uvarint()
+	if version != 1 && version != snapshotVersion {
+		return nil, fmt.Errorf("%w: unknown format version %d", ErrSnapshot, version)
 	}
 	s := newState()
 	s.clock = d.Varint()
 	s.fencing = d.Uvarint()
-	s.settings.decode(d)
+	n := uint64(settingsV1)
+	if version >= 2 {
+		n = d.Uvarint()
+	}
+	s.settings.decode(d, n)
 	for n := d.Len(); n > 0 && d.Err() == nil; n-- {
 		l := &lease{}
 		l.decode(d)

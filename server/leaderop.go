@@ -307,6 +307,9 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 			e.Varint(v)
 		}
 		e.Blob(l.Result)
+		if l.Outcome == fsm.LeaseLimitReached {
+			e.Varint(l.Limit) // only with the outcome that has one, so other results keep their bytes
+		}
 	case r.queue != nil:
 		q := r.queue
 		e.Byte(resultQueue)
@@ -332,6 +335,9 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 		}
 		e.Byte(byte(q.Reason))
 		e.Varint(q.RetryAfterSeconds)
+		if q.Outcome == fsm.QueueLimitReached {
+			e.Varint(q.Limit)
+		}
 	default:
 		return nil, errors.New("encode an empty leader result")
 	}
@@ -358,6 +364,9 @@ func decodeResult(b []byte) (opResult, error) {
 			*p = d.Varint()
 		}
 		l.Result = d.Blob()
+		if l.Outcome == fsm.LeaseLimitReached {
+			l.Limit = d.Varint()
+		}
 		r.lease = l
 	case resultQueue:
 		q := &fsm.QueueResult{Outcome: fsm.QueueOutcome(d.Byte()), Now: d.Varint()}
@@ -380,6 +389,9 @@ func decodeResult(b []byte) (opResult, error) {
 		}
 		q.Reason = fsm.RejectReason(d.Byte())
 		q.RetryAfterSeconds = d.Varint()
+		if q.Outcome == fsm.QueueLimitReached {
+			q.Limit = d.Varint()
+		}
 		r.queue = q
 	default:
 		d.Fail(fmt.Sprintf("unknown result kind %d", kind))

@@ -77,6 +77,8 @@ func TestLeaderResultsRoundTrip(t *testing.T) {
 		{queue: &fsm.QueueResult{Outcome: fsm.QueueEmpty, Now: 3, Queue: fsm.QueueView{ID: qid, CreatedAt: 1, ExpiresAt: 2, Counts: fsm.Counts{Pending: 1, Claimed: 2, Completed: 3, Failed: 4, Total: 10}}}},
 		{queue: &fsm.QueueResult{Outcome: fsm.JobClaimed, Job: &fsm.JobView{ID: jid, Key: "k", Payload: []byte(`[1]`), Status: fsm.JobClaimedStatus, Attempts: 2, CreatedAt: 1, UpdatedAt: 2, VisibleAt: 3, QueueExpiresAt: 5}}},
 		{queue: &fsm.QueueResult{Outcome: fsm.ReceiptRejected, Reason: fsm.ReceiptExpired, RetryAfterSeconds: 4}},
+		{lease: &fsm.LeaseResult{Outcome: fsm.LeaseLimitReached, Now: 6, Limit: 2_000_000}},
+		{queue: &fsm.QueueResult{Outcome: fsm.QueueLimitReached, Now: 7, Limit: 100_000}},
 	}
 	for i, r := range results {
 		b, err := r.encode(nil)

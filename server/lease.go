@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -225,6 +226,9 @@ func leaseReply(r *fsm.LeaseResult) reply {
 		return okReply(http.StatusOK, gin.H{"status": "released", "fencing_token": r.FencingToken})
 	case fsm.LeaseLost:
 		return errReply(http.StatusConflict, "Lease is not held by this owner token: it expired, was released or completed, or belongs to a newer owner", gin.H{"status": "lost"})
+	case fsm.LeaseLimitReached:
+		return errReply(http.StatusInsufficientStorage, fmt.Sprintf("the cluster holds its maximum of %d lease records (the replicated setting max_leases, see GET /cluster/settings): keys that have a record work as before, a new key is refused until records end their 24-hour lifecycle or an operator raises max_leases", r.Limit),
+			gin.H{"status": "limit_reached", "setting": "max_leases", "limit": r.Limit})
 	case fsm.LeaseInvalid:
 		return errReply(http.StatusBadRequest, "the request broke a limit that changed while it was processed; check /cluster/settings and retry", nil)
 	}

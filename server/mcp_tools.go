@@ -182,6 +182,7 @@ func mcpTools() []*toolDef {
 				"- http_status 409, status \"held\" (isError): someone (possibly you) holds the lease; no owner token is disclosed. Wait retry_after_seconds and call again, or do other work.\n" +
 				"- http_status 409, status \"conflict\" (isError): the key is bound to another fingerprint until absolute_expires_at: an idempotency key was reused for different input; use another key.\n" +
 				"- http_status 400/413: an argument broke a rule; the error names it.\n" +
+				"- http_status 507 (isError): the key is new and the cluster holds its maximum of lease records (setting max_leases); keys already in use still work. Tell the operator; retrying soon will not help.\n" +
 				"The first acquisition starts a fixed 24-hour lifecycle (absolute_expires_at) that renewals never move; after it ends the key starts afresh with a higher fencing token." +
 				leaseSecrets + resultNote,
 			readOnly: false, idempotent: false, destructive: false,
@@ -260,7 +261,8 @@ func mcpTools() []*toolDef {
 				"write_token (producers: enqueue), worker_token (workers: claim, ack, release, renew) and read_token (observers: read). Save them and share each only with the systems that need its role. " +
 				"The queue and all its jobs, completed ones included, are deleted at expire_timestamp, 24 hours after creation; nothing extends it. A queue holds at most 100 distinct jobs over its life.\n" +
 				"- http_status 201: created.\n" +
-				"- http_status 429 (isError): this client address created 20 queues in the last 24 hours; retry after retry_after_seconds." + resultNote,
+				"- http_status 429 (isError): this client address created 20 queues in the last 24 hours; retry after retry_after_seconds.\n" +
+				"- http_status 507 (isError): the cluster holds its maximum of live queues (setting max_queues); existing queues still work. Tell the operator; retrying soon will not help." + resultNote,
 			readOnly: false, idempotent: false, destructive: false,
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/queue" },
 			local: func(ctx context.Context, s *Server, c *toolCall) reply { return s.createQueue(ctx, c.clientIP) },

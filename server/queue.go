@@ -264,6 +264,9 @@ func queueReply(r *fsm.QueueResult, receipt *string) reply {
 		rep := errReply(http.StatusTooManyRequests, msg, gin.H{"retry_after_seconds": r.RetryAfterSeconds})
 		rep.RetryAfter = int(r.RetryAfterSeconds)
 		return rep
+	case fsm.QueueLimitReached:
+		return errReply(http.StatusInsufficientStorage, fmt.Sprintf("the cluster holds its maximum of %d live queues (the replicated setting max_queues, see GET /cluster/settings): existing queues work as before, a new queue is refused until queues reach the end of their 24-hour lifetime or an operator raises max_queues", r.Limit),
+			gin.H{"setting": "max_queues", "limit": r.Limit})
 	case fsm.JobCreated, fsm.JobDeduplicated:
 		status := http.StatusCreated
 		if r.Outcome == fsm.JobDeduplicated {

@@ -5,11 +5,14 @@ package test
 import (
 	"fmt"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/test/harness"
 )
 
@@ -17,7 +20,8 @@ import (
 // replicated settings it lowers, what needs time to pass or a per-client
 // count: claims that expire and return their job until it fails after five
 // attempts, the queue-creation quota per client address across leader and
-// follower, the per-node request rate, the lease lifecycle and queue
+// follower, the per-node request rate, the bounds max_leases and
+// max_queues, the lease lifecycle and queue
 // deadline (scaled down), and then the 503 answers of a node without
 // quorum, after which nothing refused may turn out to have been granted.
 func TestAPIExpiryLimitsAndOutage(t *testing.T) {
@@ -26,6 +30,7 @@ func TestAPIExpiryLimitsAndOutage(t *testing.T) {
 	clientX := sourceClient(t, "127.0.0.2")
 	clientY := sourceClient(t, "127.0.0.3")
 	clientR := sourceClient(t, "127.0.0.4")
+	clientS := sourceClient(t, "127.0.0.5")
 
 	// Through a follower, with the cluster key (forwarded to the leader).
 	e.putKey(t, e.follower, harness.Settings{"visibility_min_seconds": 1, "queues_per_client": 3})
@@ -40,6 +45,7 @@ func TestAPIExpiryLimitsAndOutage(t *testing.T) {
 	})
 	t.Run("queue-quota-per-client-address", func(t *testing.T) { queueQuota(t, e, clientX, clientY) })
 	t.Run("request-rate-per-client-address", func(t *testing.T) { requestRate(t, e, clientR) })
+	t.Run("max-leases-and-max-queues", func(t *testing.T) { stateLimits(t, e, clientS) })
 	t.Run("lease-lifecycle-and-queue-deadline", func(t *testing.T) { deadlines(t, e, clientY) })
 	t.Run("no-quorum-503", func(t *testing.T) { noQuorum(t, e, clientX) })
 }
@@ -371,4 +377,71 @@ func noQuorum(t *testing.T, e *apiEnv, clientX *http.Client) {
 	// Two slots, two creations after the outages: the next is refused.
 	a := e.send(t, clientX, e.leader, post("/queue", map[string]any{}))
 	expectError(t, "create after the slots are used", a, http.StatusTooManyRequests, "", []string{"retry_after_seconds"})
+}
+
+// gauge reads one unlabelled gauge of n's /metrics.
+func gauge(t *testing.T, n *harness.Node, name string) int64 {
+	t.Helper()
+	r, err := n.Get("/metrics")
+	if err != nil || r.Status != http.StatusOK {
+		t.Fatalf("GET /metrics on %s: %v %v", n.ID, r, err)
+	}
+	m := regexp.MustCompile(`(?m)^` + name + ` (\d+)$`).FindSubmatch(r.Body)
+	if m == nil {
+		t.Fatalf("%s: no gauge %s", n.ID, name)
+	}
+	v, err := strconv.ParseInt(string(m[1]), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// stateLimits: with max_leases and max_queues one above what the cluster
+// holds, one new key and one new queue are accepted, the next of each is
+// refused with 507 naming the setting (through the leader and a follower),
+// and the keys and queues that exist work as before.
+func stateLimits(t *testing.T, e *apiEnv, client *http.Client) {
+	leases, queues := gauge(t, e.leader, "holdfast_leases"), gauge(t, e.leader, "holdfast_queues")
+	e.putKey(t, e.follower, harness.Settings{"max_leases": leases + 1, "max_queues": queues + 1})
+	defer e.putKey(t, e.follower, harness.Settings{"max_leases": fsm.DefaultMaxLeases, "max_queues": fsm.DefaultMaxQueues})
+
+	check507 := func(what string, a *answer, setting string, limit int64, extra ...string) {
+		t.Helper()
+		if !expectError(t, what, a, http.StatusInsufficientStorage, "", append([]string{"setting", "limit"}, extra...), setting, "GET /cluster/settings") {
+			return
+		}
+		if a.m["setting"] != setting || integer(t, what, a.m, "limit") != limit {
+			t.Errorf("%s: setting %v limit %v, want %s %d", what, a.m["setting"], a.m["limit"], setting, limit)
+		}
+		if a.Header.Get("Retry-After") != "" {
+			t.Errorf("%s: Retry-After %q on a refusal that waiting does not end", what, a.Header.Get("Retry-After"))
+		}
+	}
+	ns := e.newNamespace(t, e.follower)
+	key := func(k string) map[string]any { return map[string]any{"namespace": ns, "key": k, "ttl_seconds": 60} }
+	g := checkGranted(t, "acquire of a new key one below max_leases", e.do(t, e.follower, post("/lease", key("limit:first"))), 60)
+	for _, n := range []*harness.Node{e.leader, e.follower} {
+		a := e.do(t, n, post("/lease", key("limit:second")))
+		check507("acquire of a new key at max_leases via "+n.ID, a, "max_leases", leases+1, "status")
+		if a.m["status"] != "limit_reached" {
+			t.Errorf("status %v, want limit_reached", a.m["status"])
+		}
+	}
+	checkHeld(t, "acquire of a held key at max_leases", e.do(t, e.leader, post("/lease", key("limit:first"))))
+	checkReleased(t, "release at max_leases", e.do(t, e.follower, post("/lease/release", map[string]any{"namespace": ns, "key": "limit:first", "owner_token": g.owner})), g.fence)
+	checkGranted(t, "acquire of a released key at max_leases", e.do(t, e.leader, post("/lease", key("limit:first"))), 60)
+	if got := gauge(t, e.leader, "holdfast_leases"); got != leases+1 {
+		t.Errorf("lease records %d after the refusals, want %d", got, leases+1)
+	}
+
+	create := func(n *harness.Node) *answer { return e.send(t, client, n, post("/queue", map[string]any{})) }
+	q := checkCreated(t, "create a queue one below max_queues", create(e.follower))
+	check507("create a queue at max_queues via the leader", create(e.leader), "max_queues", queues+1)
+	check507("create a queue at max_queues via a follower", create(e.follower), "max_queues", queues+1)
+	w := jobWant{key: "limit:1", payload: `{"n":1}`, status: "pending"}
+	checkEnqueued(t, "enqueue at max_queues", e.enqueue(t, e.leader, q, w.key, w.payload), q, false, w)
+	if got := gauge(t, e.leader, "holdfast_queues"); got != queues+1 {
+		t.Errorf("queues %d after the refusals, want %d", got, queues+1)
+	}
 }
