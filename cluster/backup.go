@@ -41,8 +41,12 @@ type BackupHeader struct {
 
 // Backup is a backup file's content, checked.
 type Backup struct {
-	Header   BackupHeader
+	Header BackupHeader
+	// Snapshot holds the snapshot's bytes of a backup read from a file; a
+	// backup TakeBackup took leaves it nil and streams them from the node's
+	// snapshot store instead, so a large state is never copied in memory.
 	Snapshot []byte
+	open     func() (io.ReadCloser, error)
 }
 
 // ErrBackup is wrapped by every error about a malformed backup.
@@ -63,11 +67,28 @@ func (b *Backup) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return int64(n), fmt.Errorf("write backup header: %w", err)
 	}
-	m, err := w.Write(b.Snapshot)
-	if err != nil {
-		return int64(n + m), fmt.Errorf("write backup snapshot: %w", err)
+	if b.open == nil {
+		m, err := w.Write(b.Snapshot)
+		if err != nil {
+			return int64(n + m), fmt.Errorf("write backup snapshot: %w", err)
+		}
+		return int64(n + m), nil
 	}
-	return int64(n + m), nil
+	rc, err := b.open()
+	if err != nil {
+		return int64(n), fmt.Errorf("reopen the snapshot: %w", err)
+	}
+	m, err := io.Copy(w, rc)
+	if cerr := rc.Close(); err == nil {
+		err = cerr // the store checks the snapshot's CRC at close
+	}
+	if err == nil && m != b.Header.Size {
+		err = fmt.Errorf("the snapshot changed size: %d bytes, %d in the header", m, b.Header.Size)
+	}
+	if err != nil {
+		return int64(n) + m, fmt.Errorf("write backup snapshot: %w", err)
+	}
+	return int64(n) + m, nil
 }
 
 // DecodeBackup parses and checks a backup file's bytes: the header, the
@@ -123,21 +144,28 @@ func (n *Node) TakeBackup(ctx context.Context) (*Backup, error) {
 	if err := await(ctx, f); err != nil {
 		return nil, fmt.Errorf("take a snapshot: %w", err)
 	}
+	// Hash the snapshot now for the header, and stream it again from the
+	// store when the backup is written (the store retains several).
 	meta, rc, err := f.Open()
 	if err != nil {
 		return nil, fmt.Errorf("open the snapshot: %w", err)
 	}
-	defer rc.Close()
-	snap, err := io.ReadAll(rc)
+	h := sha256.New()
+	size, err := io.Copy(h, rc)
+	if cerr := rc.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read the snapshot: %w", err)
 	}
-	sum := sha256.Sum256(snap)
 	return &Backup{Header: BackupHeader{
 		Format: BackupFormat, Index: meta.Index, Term: meta.Term,
-		Size: int64(len(snap)), SHA256: hex.EncodeToString(sum[:]),
+		Size: size, SHA256: hex.EncodeToString(h.Sum(nil)),
 		NodeID: n.cfg.NodeID, CreatedAt: n.cfg.Now().UTC().Format(time.RFC3339),
-	}, Snapshot: snap}, nil
+	}, open: func() (io.ReadCloser, error) {
+		_, rc, err := n.snaps.Open(meta.ID)
+		return rc, err
+	}}, nil
 }
 
 // backupTimeout is what is left of ctx for a Raft call that takes a timeout.

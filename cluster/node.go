@@ -30,6 +30,7 @@ type Node struct {
 	stream    *tlsStream            // nil without a peer identity
 	store     *raftboltdb.BoltStore // the stable store, and the log store of a data dir made before raftlog
 	logs      raft.LogStore         // the Raft log: a *raftlog.Store, or store
+	snaps     raft.SnapshotStore    // the snapshots, which backups are read from
 	wal       *raftlog.Store        // nil when the log is in bolt
 
 	notifyCh   chan bool
@@ -72,6 +73,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
+	n.snaps = snaps
 	hasState, err := raft.HasExistingState(n.logs, n.store, snaps)
 	if err != nil {
 		n.closeStores()

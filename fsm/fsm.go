@@ -178,11 +178,8 @@ func (f *FSM) Authorize(id secret.ID, r Role, tok secret.Hash, nodeNow int64) Qu
 func (f *FSM) NextDeadline() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	tm := f.st.timers.next()
-	if tm == nil {
-		return 0, false
-	}
-	return tm.at, true
+	tm, ok := f.st.timers.peek()
+	return tm.at, ok
 }
 
 // Clock returns the state machine's time in Unix milliseconds.
@@ -227,25 +224,35 @@ func (f *FSM) Stats(nodeNow int64) Stats {
 func (s *state) stats(now int64) Stats {
 	var st Stats
 	for _, l := range s.leases {
-		if l.absoluteExpiresAt <= now {
-			continue
-		}
-		st.Leases++
-		if l.state == leaseHeld && l.leaseExpiresAt > now {
-			st.LeasesHeld++
-		}
+		st.countLease(l, now)
 	}
 	for _, q := range s.queues {
-		if q.expiresAt <= now {
-			continue
-		}
-		st.Queues++
-		c := s.queueView(q, now).Counts
-		st.Jobs.Pending += c.Pending
-		st.Jobs.Claimed += c.Claimed
-		st.Jobs.Completed += c.Completed
-		st.Jobs.Failed += c.Failed
-		st.Jobs.Total += c.Total
+		st.countQueue(s, q, now)
 	}
 	return st
+}
+
+// countLease counts l if its lifecycle has not ended at now.
+func (st *Stats) countLease(l *lease, now int64) {
+	if l.absoluteExpiresAt <= now {
+		return
+	}
+	st.Leases++
+	if l.state == leaseHeld && l.leaseExpiresAt > now {
+		st.LeasesHeld++
+	}
+}
+
+// countQueue counts q and its jobs if q is live at now.
+func (st *Stats) countQueue(s *state, q *queue, now int64) {
+	if q.expiresAt <= now {
+		return
+	}
+	st.Queues++
+	c := s.queueView(q, now).Counts
+	st.Jobs.Pending += c.Pending
+	st.Jobs.Claimed += c.Claimed
+	st.Jobs.Completed += c.Completed
+	st.Jobs.Failed += c.Failed
+	st.Jobs.Total += c.Total
 }

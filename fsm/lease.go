@@ -62,7 +62,7 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 			absoluteExpiresAt: s.clock + secondsToMillis(s.settings.LeaseLifecycleSeconds),
 		}
 		s.leases[l.id] = l
-		s.timers.set(leaseTimer(l.id), l.absoluteExpiresAt)
+		s.timers.setLease(l.id, l.absoluteExpiresAt)
 		return s.grant(l, c)
 	}
 	if !l.fingerprint.Equal(c.Fingerprint) {

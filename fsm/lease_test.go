@@ -296,3 +296,44 @@ func TestClockNeverMovesBack(t *testing.T) {
 		t.Fatalf("late-stamped acquire judged at the wrong time: %+v", *r)
 	}
 }
+
+// TestReplacedRecordLeavesNoTrace acquires a key again after its lifecycle
+// ended but before a sweep removed the record, which leaves a stale entry in
+// the lease timers of this replica and none in a replica restored from a
+// snapshot: both must sweep alike, step by step, the stale entry costing no
+// work and no "more".
+func TestReplacedRecordLeavesNoTrace(t *testing.T) {
+	h := newHarness(t)
+	h.acquire("a", "f", "A", 60)
+	h.acquire("b", "f", "B", 60)
+	h.now = absT
+	if r := h.acquire("a", "f", "A2", 60); r.Outcome != LeaseGranted || r.AbsoluteExpiresAt != absT+day {
+		t.Fatalf("acquire after the lifecycle, before the sweep: %+v", *r)
+	}
+	if at, ok := h.f.NextDeadline(); !ok || at > absT {
+		t.Fatalf("NextDeadline = %d,%v; want a due one", at, ok)
+	}
+	restored := &harness{t: t, f: snapshotRestore(t, h.f), now: h.now, index: h.index}
+	for step, want := range []SweepResult{
+		{Now: absT, LeasesRemoved: 1},
+		{Now: absT},
+	} {
+		for _, r := range []*harness{h, restored} {
+			if got := r.sweep(1); *got != want {
+				t.Fatalf("sweep %d: %+v, want %+v", step, *got, want)
+			}
+		}
+	}
+	if h.f.StateHash() != restored.f.StateHash() {
+		t.Fatal("the replicas differ after the sweeps")
+	}
+	for _, r := range []*harness{h, restored} {
+		if at, ok := r.f.NextDeadline(); !ok || at != absT+day {
+			t.Fatalf("NextDeadline = %d,%v; want the new record's end %d", at, ok, absT+day)
+		}
+	}
+	h.now = absT + day
+	if got := h.sweep(10); got.LeasesRemoved != 1 || got.More {
+		t.Fatalf("sweep at the new record's end: %+v", *got)
+	}
+}

@@ -138,3 +138,23 @@ func TestSnapshotVersion1Restores(t *testing.T) {
 		t.Fatalf("restored state is empty: %+v", s)
 	}
 }
+
+// TestInspectSnapshotCountsLikeStats summarises a snapshot without building
+// its state: the counts must be those of the state itself at its clock.
+func TestInspectSnapshotCountsLikeStats(t *testing.T) {
+	f := seedFSM()
+	sum, err := InspectSnapshot(f.SnapshotBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := f.Stats(f.Clock())
+	if sum.Stats != want || sum.ClockUnixMs != f.Clock() || sum.Nodes == 0 || sum.FencingCounter == 0 {
+		t.Fatalf("summary %+v, want the stats %+v at clock %d", sum, want, f.Clock())
+	}
+	if want.Leases == 0 || want.Queues == 0 || want.Jobs.Total == 0 {
+		t.Fatalf("the seed state is too empty to test with: %+v", want)
+	}
+	if _, err := InspectSnapshot(f.SnapshotBytes()[1:]); err == nil {
+		t.Fatal("a damaged snapshot was summarised")
+	}
+}

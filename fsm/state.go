@@ -202,11 +202,8 @@ type timer struct {
 	index int
 }
 
-type timerHeap []*timer
-
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	a, b := h[i], h[j]
+// timerLess is the timers' total order: time, kind, key.
+func timerLess(a, b *timer) bool {
 	if a.at != b.at {
 		return a.at < b.at
 	}
@@ -218,6 +215,11 @@ func (h timerHeap) Less(i, j int) bool {
 	}
 	return bytes.Compare(a.key.b[:], b.key.b[:]) < 0
 }
+
+type timerHeap []*timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return timerLess(h[i], h[j]) }
 func (h timerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i
@@ -237,14 +239,90 @@ func (h *timerHeap) Pop() any {
 	return t
 }
 
+// leaseExpiry is the end of one lease record's lifecycle. Lease timers are
+// by far the most numerous, and a record's lifecycle end never moves, so
+// they live apart in a heap of plain values without an index (about a fifth
+// of the memory of an indexed timer). An entry whose record was replaced (a
+// key acquired again after its lifecycle ended, before a sweep removed the
+// old record) is stale: it is dropped when it reaches the top, which no
+// result depends on, so a replica rebuilt from a snapshot without the stale
+// entries handles the same timers in the same order.
+type leaseExpiry struct {
+	at int64
+	id secret.Hash
+}
+
+func (e leaseExpiry) timer() timer { return timer{at: e.at, key: leaseTimer(e.id)} }
+
+func (e leaseExpiry) less(o leaseExpiry) bool {
+	if e.at != o.at {
+		return e.at < o.at
+	}
+	return bytes.Compare(e.id[:], o.id[:]) < 0
+}
+
+// leaseHeap is a binary min-heap of lifecycle ends, kept by hand so that a
+// push does not box its value.
+type leaseHeap []leaseExpiry
+
+func (h *leaseHeap) push(e leaseExpiry) {
+	*h = append(*h, e)
+	h.up(len(*h) - 1)
+}
+
+func (h *leaseHeap) pop() {
+	old := *h
+	n := len(old) - 1
+	old[0] = old[n]
+	*h = old[:n]
+	h.down(0)
+}
+
+// init orders entries appended in any order.
+func (h leaseHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h leaseHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h[i].less(h[p]) {
+			return
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (h leaseHeap) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if r := c + 1; r < len(h) && h[r].less(h[c]) {
+			c = r
+		}
+		if !h[c].less(h[i]) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}
+
 type timers struct {
-	h     timerHeap
-	byKey map[timerKey]*timer
+	h      timerHeap
+	byKey  map[timerKey]*timer
+	leases leaseHeap
 }
 
 func newTimers() timers { return timers{byKey: make(map[timerKey]*timer)} }
 
-// set arms the timer for k at time at, moving it if it exists.
+// set arms the timer for k at time at, moving it if it exists. Lease
+// lifecycle ends go through setLease instead.
 func (t *timers) set(k timerKey, at int64) {
 	if tm, ok := t.byKey[k]; ok {
 		tm.at = at
@@ -256,6 +334,11 @@ func (t *timers) set(k timerKey, at int64) {
 	heap.Push(&t.h, tm)
 }
 
+// setLease arms the lifecycle end of a new lease record.
+func (t *timers) setLease(id secret.Hash, at int64) {
+	t.leases.push(leaseExpiry{at: at, id: id})
+}
+
 // cancel disarms the timer for k, if armed.
 func (t *timers) cancel(k timerKey) {
 	if tm, ok := t.byKey[k]; ok {
@@ -264,19 +347,43 @@ func (t *timers) cancel(k timerKey) {
 	}
 }
 
-// next returns the earliest timer, or nil.
-func (t *timers) next() *timer {
-	if len(t.h) == 0 {
-		return nil
-	}
-	return t.h[0]
+// peek returns the earliest timer, stale lease entries included (they are
+// due, so at worst a sweep is asked for early). It changes nothing.
+func (t *timers) peek() (timer, bool) {
+	return t.earliest()
 }
 
-// pop removes and returns the earliest timer.
-func (t *timers) pop() *timer {
-	tm := heap.Pop(&t.h).(*timer)
+// next drops stale lease entries from the top (live says whether an entry
+// is its record's), then returns the earliest timer.
+func (t *timers) next(live func(leaseExpiry) bool) (timer, bool) {
+	for len(t.leases) > 0 && !live(t.leases[0]) {
+		t.leases.pop()
+	}
+	return t.earliest()
+}
+
+func (t *timers) earliest() (timer, bool) {
+	switch {
+	case len(t.h) == 0 && len(t.leases) == 0:
+		return timer{}, false
+	case len(t.leases) == 0:
+		return *t.h[0], true
+	}
+	l := t.leases[0].timer()
+	if len(t.h) == 0 || timerLess(&l, t.h[0]) {
+		return l, true
+	}
+	return *t.h[0], true
+}
+
+// pop removes the timer next returned.
+func (t *timers) pop(tm timer) {
+	if tm.key.kind == timerLease {
+		t.leases.pop()
+		return
+	}
+	heap.Pop(&t.h)
 	delete(t.byKey, tm.key)
-	return tm
 }
 
 func secondsToMillis(s int64) int64 { return s * 1000 }

@@ -10,15 +10,15 @@ func (s *state) applySweep(c *Sweep) SweepResult {
 	limit := max(c.Limit, 1)
 	var work int64
 	for {
-		tm := s.timers.next()
-		if tm == nil || tm.at > s.clock {
+		tm, ok := s.timers.next(s.liveExpiry)
+		if !ok || tm.at > s.clock {
 			return r
 		}
 		if work >= limit {
 			r.More = true
 			return r
 		}
-		s.timers.pop()
+		s.timers.pop(tm)
 		work++
 		switch tm.key.kind {
 		case timerLease:
@@ -35,6 +35,12 @@ func (s *state) applySweep(c *Sweep) SweepResult {
 			s.sweepClient(secret.Hash(tm.key.a), &r)
 		}
 	}
+}
+
+// liveExpiry says whether e is the lifecycle end of its key's current record.
+func (s *state) liveExpiry(e leaseExpiry) bool {
+	l := s.leases[e.id]
+	return l != nil && l.absoluteExpiresAt == e.at
 }
 
 func (s *state) sweepLease(id secret.Hash, r *SweepResult) {

@@ -141,17 +141,22 @@ const backupTimeout = 2 * time.Minute
 func (s *Server) getBackup(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), max(backupTimeout, s.cfg.RequestTimeout))
 	defer cancel()
+	start := time.Now()
 	b, err := s.node.TakeBackup(ctx)
 	if err != nil {
 		clusterReply(err).write(c)
 		return
 	}
+	took := time.Since(start)
 	c.Header("X-Holdfast-Backup-Index", strconv.FormatUint(b.Header.Index, 10))
 	c.Header("Content-Type", "application/octet-stream")
 	c.Status(http.StatusOK)
 	if _, err := b.WriteTo(c.Writer); err != nil {
 		s.log.Warn("sending a backup failed", "error", err)
+		return
 	}
+	s.log.Info("backup sent", "index", b.Header.Index, "bytes", b.Header.Size,
+		"snapshot_seconds", took.Seconds(), "total_seconds", time.Since(start).Seconds())
 }
 
 func (s *Server) putSettings(c *gin.Context) {

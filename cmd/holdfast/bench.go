@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast/holdfast/internal/client"
@@ -48,9 +49,10 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	o := addConnFlags(fs)
-	workload := fs.String("workload", "lease", "lease (acquire+release cycles) or queue (enqueue+claim+ack cycles)")
+	workload := fs.String("workload", "lease", "lease (acquire+release cycles), queue (enqueue+claim+ack cycles) or lease-fill (acquires of new keys held for a day: fills the state)")
 	clients := fs.Int("clients", 64, "concurrent clients")
-	duration := fs.Duration("duration", 10*time.Second, "how long to run")
+	duration := fs.Duration("duration", 10*time.Second, "how long to run at most")
+	count := fs.Int("count", 0, "stop after this many successful cycles in all (0: run for the whole duration)")
 	profileDir := fs.String("cpu-profile-dir", "", "also write a CPU profile of every node, taken over the middle third of the run, to DIR/<address>.pprof (needs the cluster key in HOLDFAST_CLUSTER_KEY, or loopback)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -58,8 +60,8 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if *clients < 1 || *duration <= 0 {
-		fmt.Fprintln(stderr, "bench: need at least one client and a positive duration")
+	if *clients < 1 || *duration <= 0 || *count < 0 {
+		fmt.Fprintln(stderr, "bench: need at least one client, a positive duration and a count of at least 0")
 		return 2
 	}
 	o.maxConns = *clients * 2
@@ -76,7 +78,7 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	profiles := startProfiles(hc, nodes, *profileDir, *duration)
-	res, err := runBench(cl, *workload, *clients, *duration)
+	res, err := runBench(cl, *workload, *clients, *duration, *count)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
@@ -95,24 +97,30 @@ func bench(args []string, stdout, stderr io.Writer) int {
 }
 
 // runBench runs one workload with a fixed number of closed-loop clients.
-// At the end of d no client starts another cycle, but every request already
-// sent is let finish: the load tool never abandons a request, so the
-// service's count of proposals given up mid-flight means what it says.
-func runBench(cl *client.Client, workload string, clients int, d time.Duration) (benchResult, error) {
+// At the end of d, or once count cycles succeeded (count > 0), no client
+// starts another cycle, but every request already sent is let finish: the
+// load tool never abandons a request, so the service's count of proposals
+// given up mid-flight means what it says.
+func runBench(cl *client.Client, workload string, clients int, d time.Duration, count int) (benchResult, error) {
 	var cycle func(ctx context.Context, c *client.Client, w *benchWorker) error
 	switch workload {
 	case "lease":
 		cycle = leaseCycle
+	case "lease-fill":
+		cycle = leaseFill
 	case "queue":
 		cycle = queueCycle
 	default:
 		return benchResult{}, fmt.Errorf("unknown workload %q", workload)
 	}
 	var (
-		mu  sync.Mutex
-		res = benchResult{workload: workload, clients: clients}
-		wg  sync.WaitGroup
+		mu   sync.Mutex
+		res  = benchResult{workload: workload, clients: clients}
+		wg   sync.WaitGroup
+		left atomic.Int64 // cycles still to start when count > 0
 	)
+	left.Store(int64(count))
+	more := func() bool { return count == 0 || left.Add(-1) >= 0 }
 	start := time.Now()
 	end := start.Add(d)
 	for i := 0; i < clients; i++ {
@@ -123,10 +131,11 @@ func runBench(cl *client.Client, workload string, clients int, d time.Duration) 
 			defer wg.Done()
 			var lat []time.Duration
 			errs := 0
-			for time.Now().Before(end) {
+			for time.Now().Before(end) && more() {
 				t := time.Now()
 				if err := cycle(context.Background(), c, w); err != nil {
 					errs++
+					left.Add(1) // a failed cycle does not count towards count
 					continue
 				}
 				lat = append(lat, time.Since(t))
@@ -156,15 +165,24 @@ type benchWorker struct {
 	used  int
 }
 
+// namespace gives the worker its lease namespace, created on first use.
+func (w *benchWorker) namespace(ctx context.Context, c *client.Client) error {
+	if w.ns != "" {
+		return nil
+	}
+	var ans struct {
+		Namespace string `json:"namespace"`
+	}
+	if err := callJSON(ctx, c, http.MethodPost, "/lease/namespace", "", map[string]any{}, &ans); err != nil {
+		return err
+	}
+	w.ns = ans.Namespace
+	return nil
+}
+
 func leaseCycle(ctx context.Context, c *client.Client, w *benchWorker) error {
-	if w.ns == "" {
-		var ans struct {
-			Namespace string `json:"namespace"`
-		}
-		if err := callJSON(ctx, c, http.MethodPost, "/lease/namespace", "", map[string]any{}, &ans); err != nil {
-			return err
-		}
-		w.ns = ans.Namespace
+	if err := w.namespace(ctx, c); err != nil {
+		return err
 	}
 	w.n++
 	key := fmt.Sprintf("bench:%d:%d", w.id, w.n%50)
@@ -176,6 +194,17 @@ func leaseCycle(ctx context.Context, c *client.Client, w *benchWorker) error {
 	}
 	err := callJSON(ctx, c, http.MethodPost, "/lease/release", "", map[string]any{"namespace": w.ns, "key": key, "owner_token": held.OwnerToken}, nil)
 	return err
+}
+
+// leaseFill acquires a key no cycle used before and keeps it for a day
+// (the longest ttl by default), so every cycle adds one held lease.
+func leaseFill(ctx context.Context, c *client.Client, w *benchWorker) error {
+	if err := w.namespace(ctx, c); err != nil {
+		return err
+	}
+	w.n++
+	key := fmt.Sprintf("fill:%d:%d", w.id, w.n)
+	return callJSON(ctx, c, http.MethodPost, "/lease", "", map[string]any{"namespace": w.ns, "key": key, "ttl_seconds": 86400}, nil)
 }
 
 func queueCycle(ctx context.Context, c *client.Client, w *benchWorker) error {

@@ -24,6 +24,9 @@ func snapshotCommand(args []string, stdout, stderr io.Writer) int {
 	}, args, stdout, stderr)
 }
 
+// maxBackupBytes bounds the backup snapshot save reads into memory.
+const maxBackupBytes = 64 << 30
+
 // backupReport is what save and inspect print.
 type backupReport struct {
 	File string `json:"file"`
@@ -73,7 +76,7 @@ func snapshotSave(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "snapshot save", err)
 	}
 	defer cl.CloseIdle()
-	resp, err := cl.Do(context.Background(), client.Request{Method: http.MethodGet, Path: server.BackupPath, Operator: true, Repeatable: true})
+	resp, err := cl.Do(context.Background(), client.Request{Method: http.MethodGet, Path: server.BackupPath, Operator: true, Repeatable: true, MaxBody: maxBackupBytes})
 	if err != nil {
 		return errExit(stderr, "snapshot save", err)
 	}

@@ -39,7 +39,7 @@ const APIPrefix = "/services/v1"
 // Config.Timeout is zero.
 const DefaultTimeout = 30 * time.Second
 
-// maxBody bounds how much of an answer is read.
+// maxBody bounds how much of an answer is read, unless Request.MaxBody says otherwise.
 const maxBody = 4 << 20
 
 // minRoundPause is the pause between two rounds over the address list when no
@@ -207,6 +207,9 @@ type Request struct {
 	// Once sends the request to the first address only, one attempt: a
 	// probe of one node, not a call to the cluster.
 	Once bool
+	// MaxBody bounds the answer's size in bytes (0: 4 MiB); a larger answer
+	// is an error, never silently cut.
+	MaxBody int64
 }
 
 // Response is a node's answer.
@@ -375,9 +378,16 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 		return nil, err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	limit := req.MaxBody
+	if limit <= 0 {
+		limit = maxBody
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("read the answer to %s %s: %w", req.Method, req.Path, err)
+	}
+	if int64(len(raw)) > limit {
+		return nil, fmt.Errorf("the answer to %s %s is larger than %d bytes", req.Method, req.Path, limit)
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: raw, Addr: base}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -277,5 +278,21 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if got := SplitAddrs(" a:1, ,b:2,"); len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
 		t.Errorf("SplitAddrs = %q", got)
+	}
+}
+
+func TestAnswerOverMaxBodyIsAnError(t *testing.T) {
+	big := strings.Repeat("x", 5<<20)
+	n := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusOK, "", big)
+	})
+	c := mustNew(t, Config{Addrs: []string{n.URL}, Timeout: 10 * time.Second})
+	get := Request{Method: http.MethodGet, Path: "/cluster/snapshot", Once: true}
+	if resp, err := c.Do(context.Background(), get); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("a 5 MiB answer with the default bound: %v, %v; want an error, not a cut answer", resp, err)
+	}
+	get.MaxBody = 6 << 20
+	if resp, err := c.Do(context.Background(), get); err != nil || len(resp.Body) != len(big) {
+		t.Fatalf("a 5 MiB answer with MaxBody 6 MiB: %v; want it whole", err)
 	}
 }

@@ -1,0 +1,37 @@
+//go:build unix
+
+package test
+
+import (
+	"context"
+	"os/exec"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// TestStateMemoryScript runs the README's memory measurement on a small
+// state, so the command that reproduces its numbers keeps working: every
+// number it prints must be there, and the leases it made must all be held
+// before and after the restart (the script checks that and fails otherwise).
+func TestStateMemoryScript(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "bash", "scale/state-memory.sh", "--leases", "2000", "--clients", "8").CombinedOutput()
+	if err != nil {
+		t.Fatalf("state-memory.sh: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`leases_held=2000\n`,
+		`rss_after_fill_mib=[1-9]\d* peak_rss_mib=[1-9]\d*\n`,
+		`snapshot_save_seconds=\d+\.\d\d snapshot_bytes=[1-9]\d*\n`,
+		`backup sent: index=\d+ bytes=[1-9]\d* snapshot_seconds=\S+ total_seconds=\S+\n`,
+		`restart_to_ready_seconds=\d+\.\d\d\n`,
+		`rss_after_restart_mib=[1-9]\d*\n`,
+	} {
+		if !regexp.MustCompile(want).Match(out) {
+			t.Errorf("state-memory.sh printed no line matching %q:\n%s", want, out)
+		}
+	}
+}
