@@ -71,7 +71,7 @@ func DefaultSettings() Settings {
 // The default bounds of the state, sized with the README's memory budget.
 const (
 	DefaultMaxLeases = 2_000_000
-	DefaultMaxQueues = 100_000
+	DefaultMaxQueues = 20_000
 )
 
 // maxSettingValue keeps every derived millisecond value far from overflow.

@@ -167,6 +167,10 @@ type leaderRequest struct {
 	clientIP string
 	// route is a route template or tool name for logs: never a raw path.
 	route string
+	// relay, when set, receives the leader's answer as it arrives instead
+	// of it being read into leaderAnswer.body (a backup is far larger than
+	// maxLeaderAnswer). What relay writes is the client's answer.
+	relay func(status int, header http.Header, body io.Reader) error
 }
 
 // leaderAnswer is the leader's answer to a leaderRequest.
@@ -174,6 +178,8 @@ type leaderAnswer struct {
 	status int
 	header http.Header
 	body   []byte
+	// relayed says the answer went to leaderRequest.relay.
+	relayed bool
 }
 
 // sendToLeader sends req to the leader once, with the forwarding headers
@@ -221,6 +227,17 @@ func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leader
 		return lost(err)
 	}
 	defer resp.Body.Close()
+	header := resp.Header.Clone()
+	for _, h := range hopHeaders {
+		header.Del(h)
+	}
+	header.Del("Content-Length")
+	if req.relay != nil {
+		if err := req.relay(resp.StatusCode, header, resp.Body); err != nil {
+			s.log.Warn("relaying the leader's answer failed", "route", req.route, "error", err)
+		}
+		return leaderAnswer{relayed: true}, nil
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxLeaderAnswer+1))
 	if err == nil && len(body) > maxLeaderAnswer {
 		err = fmt.Errorf("answer exceeds %d bytes", maxLeaderAnswer)
@@ -228,11 +245,6 @@ func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leader
 	if err != nil {
 		return lost(fmt.Errorf("read the leader's answer: %w", err))
 	}
-	header := resp.Header.Clone()
-	for _, h := range hopHeaders {
-		header.Del(h)
-	}
-	header.Del("Content-Length")
 	return leaderAnswer{status: resp.StatusCode, header: header, body: body}, nil
 }
 
@@ -258,9 +270,7 @@ func (s *Server) cancelOnLeaderChange(ctx context.Context, cancel context.Cancel
 
 // forward sends the request to the leader once and relays its answer.
 func (s *Server) forward(c *gin.Context, leaderHTTP string) {
-	ctx, cancel := s.requestContext(c)
-	defer cancel()
-	ans, bad := s.sendToLeader(ctx, leaderHTTP, leaderRequest{
+	req := leaderRequest{
 		method:        c.Request.Method,
 		uri:           c.Request.URL.RequestURI(),
 		header:        c.Request.Header,
@@ -268,17 +278,37 @@ func (s *Server) forward(c *gin.Context, leaderHTTP string) {
 		contentLength: c.Request.ContentLength,
 		clientIP:      s.clientIP(c),
 		route:         c.FullPath(),
-	})
-	if bad != nil {
+	}
+	ctx, cancel := s.requestContext(c)
+	if req.route == BackupPath {
+		// A backup streams through as it comes, for as long as the leader takes.
+		cancel()
+		ctx, cancel = context.WithTimeout(c.Request.Context(), max(backupTimeout, s.cfg.RequestTimeout))
+		req.relay = func(status int, header http.Header, body io.Reader) error {
+			answerWith(c, status, header)
+			_, err := io.Copy(c.Writer, body)
+			return err
+		}
+	}
+	defer cancel()
+	ans, bad := s.sendToLeader(ctx, leaderHTTP, req)
+	switch {
+	case bad != nil:
 		bad.write(c)
 		return
-	}
-	for k, vs := range ans.header {
-		c.Writer.Header()[k] = vs
-	}
-	c.Status(ans.status)
-	if _, err := c.Writer.Write(ans.body); err != nil {
-		s.log.Warn("relaying the leader's answer failed", "route", c.FullPath(), "error", err)
+	case !ans.relayed:
+		answerWith(c, ans.status, ans.header)
+		if _, err := c.Writer.Write(ans.body); err != nil {
+			s.log.Warn("relaying the leader's answer failed", "route", c.FullPath(), "error", err)
+		}
 	}
 	c.Abort()
+}
+
+// answerWith starts the client's answer with the leader's status and headers.
+func answerWith(c *gin.Context, status int, header http.Header) {
+	for k, vs := range header {
+		c.Writer.Header()[k] = vs
+	}
+	c.Status(status)
 }

@@ -120,6 +120,37 @@ func TestBackupAndRestore(t *testing.T) {
 	q := jsonOf(t, cli.want(0, nil, "queue", "create").stdout)
 	l.queue, l.write, l.read = q["queue_id"].(string), cli.secret(q["write_token"].(string)), cli.secret(q["read_token"].(string))
 
+	// Results large enough that the backup outgrows what a follower reads
+	// into memory of a leader's answer: the save through a follower must
+	// stream it through.
+	big := json.RawMessage(`{"pad":"` + strings.Repeat("x", 30000) + `"}`)
+	var seed sync.WaitGroup
+	for w := range 6 {
+		seed.Add(1)
+		go func() {
+			defer seed.Done()
+			for i := range 50 {
+				key := fmt.Sprintf("big-%d-%d", w, i)
+				r, err := leader.Do(context.Background(), harness.Request{Method: http.MethodPost, Path: "/services/v1/lease",
+					JSON: map[string]any{"namespace": l.ns, "key": key, "ttl_seconds": 300}})
+				var g struct {
+					Owner string `json:"owner_token"`
+				}
+				if err != nil || r.Status != http.StatusCreated || r.Decode(&g) != nil {
+					t.Errorf("acquire %s: %v %v", key, r, err)
+					return
+				}
+				r, err = leader.Do(context.Background(), harness.Request{Method: http.MethodPost, Path: "/services/v1/lease/complete",
+					JSON: map[string]any{"namespace": l.ns, "key": key, "owner_token": g.Owner, "result": big}})
+				if err != nil || r.Status != http.StatusOK {
+					t.Errorf("complete %s: %v %v", key, r, err)
+					return
+				}
+			}
+		}()
+	}
+	seed.Wait()
+
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w, n := range append(a.Nodes(), a.Nodes()...) {
@@ -133,6 +164,9 @@ func TestBackupAndRestore(t *testing.T) {
 	file := filepath.Join(cli.dir, "holdfast.backup")
 	began := time.Now()
 	saved := jsonOf(t, cli.want(0, nil, "snapshot", "save", file).stdout)
+	if size, _ := saved["size"].(float64); size <= 8<<20 {
+		t.Errorf("the backup is %v bytes: too small to show that a follower streams it (want over 8 MiB)", saved["size"])
+	}
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	wg.Wait()

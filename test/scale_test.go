@@ -4,8 +4,10 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -16,19 +18,29 @@ import (
 // before and after the restart (the script checks that and fails otherwise).
 func TestStateMemoryScript(t *testing.T) {
 	t.Parallel()
+	for _, nodes := range []int{1, 3} {
+		t.Run(fmt.Sprint("nodes=", nodes), func(t *testing.T) {
+			t.Parallel()
+			stateMemoryScript(t, nodes)
+		})
+	}
+}
+
+func stateMemoryScript(t *testing.T, nodes int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "bash", "scale/state-memory.sh", "--leases", "2000", "--clients", "8").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "bash", "scale/state-memory.sh", "--nodes", fmt.Sprint(nodes), "--leases", "2000", "--clients", "8").CombinedOutput()
 	if err != nil {
 		t.Fatalf("state-memory.sh: %v\n%s", err, out)
 	}
+	perNode := `[1-9]\d*` + strings.Repeat(`,[1-9]\d*`, nodes-1) // one number per node
 	for _, want := range []string{
 		`leases_held=2000\n`,
-		`rss_after_fill_mib=[1-9]\d* peak_rss_mib=[1-9]\d*\n`,
+		`rss_after_fill_mib=` + perNode + ` peak_rss_mib=` + perNode + `\n`,
 		`snapshot_save_seconds=\d+\.\d\d snapshot_bytes=[1-9]\d*\n`,
 		`backup sent: index=\d+ bytes=[1-9]\d* snapshot_seconds=\S+ total_seconds=\S+\n`,
 		`restart_to_ready_seconds=\d+\.\d\d\n`,
-		`rss_after_restart_mib=[1-9]\d*\n`,
+		`rss_after_restart_mib=` + perNode + `\n`,
 	} {
 		if !regexp.MustCompile(want).Match(out) {
 			t.Errorf("state-memory.sh printed no line matching %q:\n%s", want, out)

@@ -3,34 +3,45 @@
 # memory right after they were created and after a restart, the time to take
 # a snapshot of that state, and the time from a restart to ready.
 #
-#   bash test/scale/state-memory.sh [--leases 1000000] [--clients 128] [--keep DIR]
+#   bash test/scale/state-memory.sh [--nodes 1|3] [--leases 1000000] [--clients 128] [--keep DIR]
 #
-# It builds holdfast from this checkout, starts one node on 127.0.0.1 with
-# its data in a temporary directory, fills it with `holdfast bench --workload
-# lease-fill` (every lease held for a day), and prints one line per number.
+# It builds holdfast from this checkout, starts the nodes on 127.0.0.1 with
+# their data in a temporary directory, fills the cluster with `holdfast bench
+# --workload lease-fill` (every lease held for a day), takes a backup with
+# `holdfast snapshot save`, stops every node and starts them again, and
+# prints one line per number (rss_* in MiB, per node in node order).
 set -euo pipefail
 
+NODES=1
 LEASES=1000000
 CLIENTS=128
 KEEP=""
 while [ $# -gt 0 ]; do
 	case $1 in
+	--nodes) NODES=$2; shift 2 ;;
 	--leases) LEASES=$2; shift 2 ;;
 	--clients) CLIENTS=$2; shift 2 ;;
 	--keep) KEEP=$2; shift 2 ;;
-	-h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "state-memory: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
 [[ $LEASES =~ ^[1-9][0-9]*$ && $CLIENTS =~ ^[1-9][0-9]*$ ]] || { echo "state-memory: --leases and --clients take positive integers" >&2; exit 2; }
+[[ $NODES == 1 || $NODES == 3 ]] || { echo "state-memory: --nodes is 1 or 3" >&2; exit 2; }
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${KEEP:-$(mktemp -d)}
 mkdir -p "$WORK"
 BIN=$WORK/holdfast
-PID=""
+PIDS=()
+stop_all() {
+	local p
+	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	PIDS=()
+}
 cleanup() {
-	[ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+	stop_all
 	[ -z "$KEEP" ] && rm -rf "$WORK"
 	return 0
 }
@@ -38,7 +49,7 @@ trap cleanup EXIT
 
 (cd "$ROOT" && go build -o "$BIN" ./cmd/holdfast)
 
-# Two loopback ports nothing listens on.
+# Loopback ports nothing listens on.
 free_port() {
 	local p
 	for _ in $(seq 1 100); do
@@ -48,58 +59,89 @@ free_port() {
 	echo "state-memory: no free port" >&2
 	exit 1
 }
-HTTP=$(free_port)
-RAFT=$(free_port)
-ADDR=127.0.0.1:$HTTP
+HTTP=() RAFT=()
+for i in $(seq 0 $((NODES - 1))); do
+	HTTP+=("127.0.0.1:$(free_port)")
+	RAFT+=("127.0.0.1:$(free_port)")
+done
+ADDRS=$(IFS=,; echo "${HTTP[*]}")
 
-start() {
-	"$BIN" serve --data-dir "$WORK/data" --http-addr "$ADDR" --raft-addr "127.0.0.1:$RAFT" \
-		--rate-limit 0 --log-level info >>"$WORK/node.log" 2>&1 &
-	PID=$!
+start_all() {
+	local i j others join
+	for i in $(seq 0 $((NODES - 1))); do
+		join=()
+		if [ "$NODES" -gt 1 ]; then
+			others=()
+			for j in $(seq 0 $((NODES - 1))); do
+				if [ "$j" -ne "$i" ]; then others+=("${HTTP[j]}"); fi
+			done
+			join=(--bootstrap-expect "$NODES" --join "$(IFS=,; echo "${others[*]}")")
+		fi
+		"$BIN" serve --node-id "n$i" --data-dir "$WORK/data/n$i" --http-addr "${HTTP[i]}" --raft-addr "${RAFT[i]}" \
+			--rate-limit 0 --log-level info "${join[@]}" >>"$WORK/n$i.log" 2>&1 &
+		PIDS+=($!)
+	done
 }
 now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.2f", a - b }'; }
-# wait_ready prints the seconds from $1 until /readyz answers 200.
+# wait_ready prints the seconds from $1 until every node's /readyz answers 200.
 wait_ready() {
-	local i
-	for i in $(seq 1 1200); do
-		if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$ADDR/readyz")" = 200 ]; then
+	local i n p
+	for i in $(seq 1 2400); do
+		n=0
+		for p in "${HTTP[@]}"; do
+			[ "$(curl -s -o /dev/null -w '%{http_code}' "http://$p/readyz")" = 200 ] && n=$((n + 1))
+		done
+		if [ "$n" -eq "$NODES" ]; then
 			since "$1"
 			return 0
 		fi
-		kill -0 "$PID" 2>/dev/null || { tail -20 "$WORK/node.log" >&2; echo "state-memory: the node exited" >&2; exit 1; }
+		for p in "${PIDS[@]}"; do
+			kill -0 "$p" 2>/dev/null || { tail -20 "$WORK"/n*.log >&2; echo "state-memory: a node exited" >&2; exit 1; }
+		done
 		sleep 0.05
 	done
-	echo "state-memory: the node was not ready in 60 s" >&2
+	echo "state-memory: the nodes were not ready in 120 s" >&2
 	exit 1
 }
-rss_mib() { awk -v k="$1:" '$1 == k { printf "%.0f", $2 / 1024 }' "/proc/$PID/status"; }
+# rss FIELD prints FIELD (VmRSS, VmHWM) of every node in MiB.
+rss() {
+	local p out=()
+	for p in "${PIDS[@]}"; do out+=("$(awk -v k="$1:" '$1 == k { printf "%.0f", $2 / 1024 }' "/proc/$p/status")"); done
+	(IFS=,; echo "${out[*]}")
+}
+# check_held fails unless every node holds at least LEASES held leases.
+check_held() {
+	local p held
+	for p in "${HTTP[@]}"; do
+		held=$(curl -s "http://$p/metrics" | awk '$1 == "holdfast_leases_held" { printf "%d", $2 }')
+		[ "${held:-0}" -ge "$LEASES" ] || { echo "state-memory: $p holds ${held:-0} leases $1, want $LEASES" >&2; exit 1; }
+	done
+}
 
-t0=$(now)
-start
-wait_ready "$t0" >/dev/null
-"$BIN" cluster settings --addr "$ADDR" --set "max_leases=$((LEASES > 2000000 ? LEASES : 2000000))" >/dev/null
+start_all
+wait_ready "$(now)" >/dev/null
+"$BIN" cluster settings --addr "$ADDRS" --set "max_leases=$((LEASES > 2000000 ? LEASES : 2000000))" >/dev/null
 
-echo "filling: $LEASES leases with $CLIENTS clients"
-"$BIN" bench --addr "$ADDR" --workload lease-fill --clients "$CLIENTS" --count "$LEASES" --duration 60m | tee "$WORK/bench.txt"
-held=$(curl -s "http://$ADDR/metrics" | awk '$1 == "holdfast_leases_held" { printf "%d", $2 }')
-[ "$held" -ge "$LEASES" ] || { echo "state-memory: $held leases held, want $LEASES" >&2; exit 1; }
-echo "leases_held=$held"
-echo "rss_after_fill_mib=$(rss_mib VmRSS) peak_rss_mib=$(rss_mib VmHWM)"
+echo "filling: $LEASES leases with $CLIENTS clients over $NODES node(s)"
+"$BIN" bench --addr "$ADDRS" --workload lease-fill --clients "$CLIENTS" --count "$LEASES" --duration 60m | tee "$WORK/bench.txt"
+# Followers apply what the leader committed a moment later.
+for _ in $(seq 1 100); do (check_held "after the fill") 2>/dev/null && break; sleep 0.1; done
+check_held "after the fill"
+echo "leases_held=$LEASES"
+echo "rss_after_fill_mib=$(rss VmRSS) peak_rss_mib=$(rss VmHWM)"
 
 t=$(now)
-"$BIN" snapshot save --addr "$ADDR" --timeout 5m "$WORK/backup.hfsnap" >/dev/null
+"$BIN" snapshot save --addr "$ADDRS" --timeout 5m "$WORK/backup.hfsnap" >/dev/null
 echo "snapshot_save_seconds=$(since "$t") snapshot_bytes=$(stat -c %s "$WORK/backup.hfsnap")"
-# The node logs how long its part took: the Raft snapshot of the state, then
-# the whole answer.
-grep -o 'backup sent:.*' "$WORK/node.log" | tail -1
-echo "rss_after_snapshot_mib=$(rss_mib VmRSS)"
+# The leader logs how long its part took: the Raft snapshot of the state,
+# then the whole answer.
+cat "$WORK"/n*.log | grep -o 'backup sent:.*' | tail -1
+echo "rss_after_snapshot_mib=$(rss VmRSS)"
 
-kill -TERM "$PID"
-wait "$PID" || true
+stop_all
 t=$(now)
-start
+start_all
 echo "restart_to_ready_seconds=$(wait_ready "$t")"
-echo "rss_after_restart_mib=$(rss_mib VmRSS)"
-held=$(curl -s "http://$ADDR/metrics" | awk '$1 == "holdfast_leases_held" { printf "%d", $2 }')
-[ "$held" -ge "$LEASES" ] || { echo "state-memory: $held leases held after the restart, want $LEASES" >&2; exit 1; }
+check_held "after the restart"
+echo "rss_after_restart_mib=$(rss VmRSS)"
