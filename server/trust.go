@@ -146,6 +146,9 @@ func (s *Server) guardBrowsers() gin.HandlerFunc {
 	}
 }
 
+// operatorChallenge is the WWW-Authenticate of an operator endpoint's 401.
+const operatorChallenge = `HoldfastClusterKey realm="holdfast", header="` + cluster.KeyHeader + `"`
+
 // requireOperator lets through only operators and peers: a proven peer;
 // with a cluster key, a caller that sends it; without one, a loopback
 // caller.
@@ -160,6 +163,8 @@ func (s *Server) requireOperator() gin.HandlerFunc {
 				c.Next()
 				return
 			}
+			// A 401 names how to authenticate; the scheme is holdfast's own header.
+			c.Header("WWW-Authenticate", operatorChallenge)
 			fail(c, http.StatusUnauthorized, "this endpoint requires the cluster key in the "+cluster.KeyHeader+" header")
 			return
 		}

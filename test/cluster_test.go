@@ -645,6 +645,9 @@ func TestClusterKeyGuardsJoinRemoveAndSettingsWrites(t *testing.T) {
 			if e := expectJSONError(t, what, r); !strings.Contains(e.Error, harness.KeyHeader) {
 				t.Errorf("%s: the error should name the %s header: %q", what, harness.KeyHeader, e.Error)
 			}
+			if h := r.Header.Get("WWW-Authenticate"); !strings.HasPrefix(h, "HoldfastClusterKey ") || !strings.Contains(h, harness.KeyHeader) {
+				t.Errorf("%s: WWW-Authenticate %q, want the cluster-key challenge naming %s", what, h, harness.KeyHeader)
+			}
 		}
 	}
 	c.WaitMembers([]*harness.Node{n0})
