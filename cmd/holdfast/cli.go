@@ -214,11 +214,7 @@ func printAnswer(stdout, stderr io.Writer, cmd, field string, showStatus bool, r
 		fmt.Fprintf(stderr, "HTTP %d %s\n", r.Status, http.StatusText(r.Status))
 	}
 	if code != exitOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		_ = json.Unmarshal(r.Body, &e)
-		fmt.Fprintf(stderr, "holdfast %s: HTTP %d: %s\n", cmd, r.Status, e.Error)
+		fmt.Fprintf(stderr, "holdfast %s: HTTP %d: %s\n", cmd, r.Status, r.ErrorMessage())
 	}
 	if field == "" {
 		stdout.Write(bytes.TrimRight(r.Body, "\n"))

@@ -10,12 +10,12 @@ import (
 
 // apiError is a non-2xx answer.
 type apiError struct {
-	Status int
-	Body   map[string]any
+	Status  int
+	Message string
 }
 
 func (e *apiError) Error() string {
-	return fmt.Sprintf("HTTP %d: %v", e.Status, e.Body["error"])
+	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message)
 }
 
 // callJSON sends body (if not nil) as JSON to the API path under
@@ -35,7 +35,7 @@ func callJSON(ctx context.Context, c *client.Client, method, path, token string,
 		return err
 	}
 	if !resp.OK() {
-		return &apiError{Status: resp.Status, Body: resp.Object()}
+		return &apiError{Status: resp.Status, Message: resp.ErrorMessage()}
 	}
 	if out != nil {
 		if err := json.Unmarshal(resp.Body, out); err != nil {

@@ -216,7 +216,7 @@ func (w *workRun) claim() (*claimed, bool) {
 		return nil, true
 	}
 	if !resp.OK() {
-		w.logf("claim: HTTP %d: %s", resp.Status, errorText(resp))
+		w.logf("claim: HTTP %d: %s", resp.Status, resp.ErrorMessage())
 		return nil, exitFor(resp) == exitLater
 	}
 	var a struct {
@@ -231,15 +231,6 @@ func (w *workRun) claim() (*claimed, bool) {
 		return nil, true
 	}
 	return a.Job, true
-}
-
-// errorText is the "error" of an answer.
-func errorText(r *client.Response) string {
-	var e struct {
-		Error string `json:"error"`
-	}
-	_ = json.Unmarshal(r.Body, &e)
-	return e.Error
 }
 
 // handle runs the command for one job and settles it.
@@ -306,7 +297,7 @@ func (w *workRun) settle(job *claimed, action, why string) {
 	case err != nil:
 		w.logf("job %s (key %s, attempt %d): %s, %s failed: %v", job.JobID, job.JobKey, job.Attempts, why, action, err)
 	case !resp.OK():
-		w.logf("job %s (key %s, attempt %d): %s, %s refused: HTTP %d: %s", job.JobID, job.JobKey, job.Attempts, why, action, resp.Status, errorText(resp))
+		w.logf("job %s (key %s, attempt %d): %s, %s refused: HTTP %d: %s", job.JobID, job.JobKey, job.Attempts, why, action, resp.Status, resp.ErrorMessage())
 	default:
 		past := map[string]string{"ack": "acked", "release": "released"}[action]
 		w.logf("job %s (key %s, attempt %d): %s, %s", job.JobID, job.JobKey, job.Attempts, why, past)

@@ -242,6 +242,17 @@ func (r *Response) Object() map[string]any {
 	return m
 }
 
+// ErrorMessage is the "error" of a JSON error answer, else "".
+func (r *Response) ErrorMessage() string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if r == nil || json.Unmarshal(r.Body, &e) != nil {
+		return ""
+	}
+	return e.Error
+}
+
 // Outcome is a 503 answer's "outcome" ("not_applied", "unknown"), else "".
 func (r *Response) Outcome() string {
 	if r == nil || r.Status != http.StatusServiceUnavailable {
