@@ -115,6 +115,8 @@ var (
 	descHeld      = prometheus.NewDesc("holdfast_leases_held", "Leases held and unexpired.", nil, nil)
 	descQueues    = prometheus.NewDesc("holdfast_queues", "Live queues.", nil, nil)
 	descJobs      = prometheus.NewDesc("holdfast_jobs", "Jobs in live queues by status.", []string{"status"}, nil)
+	descMaxLeases = prometheus.NewDesc("holdfast_max_leases", "The replicated setting max_leases: lease records beyond which an acquire of a new key is refused.", nil, nil)
+	descMaxQueues = prometheus.NewDesc("holdfast_max_queues", "The replicated setting max_queues: queues beyond which a creation is refused.", nil, nil)
 	descSweeps    = prometheus.NewDesc("holdfast_sweeps_total", "Sweep entries this node committed as leader.", nil, nil)
 	descSwept     = prometheus.NewDesc("holdfast_swept_total", "What sweeps committed by this node expired, by kind.", []string{"kind"}, nil)
 )
@@ -122,7 +124,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descTerm, descCommit, descApplied, descReady, descProposals,
-		descLeases, descHeld, descQueues, descJobs, descSweeps, descSwept} {
+		descLeases, descHeld, descQueues, descJobs, descMaxLeases, descMaxQueues, descSweeps, descSwept} {
 		ch <- d
 	}
 }
@@ -165,4 +167,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	for status, v := range map[string]int{"pending": stats.Jobs.Pending, "claimed": stats.Jobs.Claimed, "completed": stats.Jobs.Completed, "failed": stats.Jobs.Failed} {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(v), status)
 	}
+	set := c.node.FSM().Settings()
+	ch <- prometheus.MustNewConstMetric(descMaxLeases, prometheus.GaugeValue, float64(set.MaxLeases))
+	ch <- prometheus.MustNewConstMetric(descMaxQueues, prometheus.GaugeValue, float64(set.MaxQueues))
 }

@@ -185,6 +185,8 @@ func apiMetrics(t *testing.T, e *apiEnv) {
 			`holdfast_leases_held \d+`,
 			`holdfast_leases [1-9]\d*`,
 			`holdfast_queues [1-9]\d*`,
+			`holdfast_max_leases 2e\+06`,
+			`holdfast_max_queues 20000`,
 			`holdfast_jobs\{status="completed"\} [1-9]\d*`,
 			`holdfast_jobs\{status="pending"\} [1-9]\d*`,
 			`holdfast_jobs\{status="failed"\} [1-9]\d*`,
