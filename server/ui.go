@@ -81,6 +81,12 @@ type uiMember struct {
 	Error         string `json:"error,omitempty"`
 }
 
+// uiLimits are the bounds the counts run up against.
+type uiLimits struct {
+	MaxLeases int64 `json:"max_leases"`
+	MaxQueues int64 `json:"max_queues"`
+}
+
 // uiStatusBody is the status page's data: no secret is in any of it.
 type uiStatusBody struct {
 	NodeID        string            `json:"node_id"`
@@ -88,6 +94,7 @@ type uiStatusBody struct {
 	Term          uint64            `json:"term"`
 	Members       []uiMember        `json:"members"`
 	Counts        fsm.Stats         `json:"counts"`
+	Limits        uiLimits          `json:"limits"`
 	Proposals     map[string]uint64 `json:"proposals"`
 	RequestsTotal uint64            `json:"requests_total"`
 	TimeUnixMs    int64             `json:"time_unix_ms"`
@@ -120,7 +127,9 @@ func (s *Server) uiStatus(c *gin.Context) {
 	}
 	wg.Wait()
 	now := s.node.Now()
+	set := s.node.FSM().Settings()
 	c.JSON(http.StatusOK, uiStatusBody{
+		Limits: uiLimits{MaxLeases: set.MaxLeases, MaxQueues: set.MaxQueues},
 		NodeID: self.NodeID, LeaderID: self.LeaderID, Term: self.Term, Members: members,
 		Counts:        s.node.FSM().Stats(now),
 		Proposals:     s.node.Counters().Proposals,

@@ -45,6 +45,7 @@ function render(s) {
     cell(row, m.error || (m.clock_skewed ? "clock skewed: it does not lead" : ""), !!m.error);
   }
   for (const k of ["leases", "leases_held", "queues"]) text(k, s.counts[k]);
+  for (const k of ["max_leases", "max_queues"]) text(k, s.limits[k]);
   for (const k of ["pending", "claimed", "completed", "failed"]) text("jobs_" + k, s.counts.jobs[k]);
   text("request_rate", rate(s, previous, (x) => x.requests_total));
   text("proposal_rate", rate(s, previous, (x) => (x.proposals && x.proposals.applied) || 0));
