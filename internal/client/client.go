@@ -25,6 +25,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strconv"
 	"strings"
@@ -371,6 +372,17 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 	if req.Body != nil {
 		body = bytes.NewReader(req.Body)
 	}
+	// Whether the whole request was written: until it was, no node can
+	// have acted on it, whatever cut the attempt short (the deadline in the
+	// middle of a dial or a TLS handshake, a connection reset).
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	})
 	hr, err := http.NewRequestWithContext(ctx, req.Method, base+req.Path, body)
 	if err != nil {
 		return nil, fmt.Errorf("build %s %s: %w", req.Method, req.Path, err)
@@ -386,6 +398,9 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 	}
 	resp, err := c.hc.Do(hr)
 	if err != nil {
+		if !wrote.Load() {
+			return nil, &unsentError{err}
+		}
 		return nil, err
 	}
 	defer resp.Body.Close()
@@ -403,11 +418,22 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: raw, Addr: base}, nil
 }
 
+// unsentError is the failure of an attempt that never wrote its whole request.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
 // neverSent says whether err shows that the request never left this process
-// or never reached a node's handler: a failed dial, a TLS handshake that
-// failed here, or a TLS alert from the node (it refused the connection, e.g.
-// for want of a client certificate, and so never read a request on it).
+// or never reached a node's handler: an attempt that did not write the whole
+// request, a failed dial, a TLS handshake that failed here, or a TLS alert
+// from the node (it refused the connection, e.g. for want of a client
+// certificate, and so never read a request on it).
 func neverSent(err error) bool {
+	var unsent *unsentError
+	if errors.As(err, &unsent) {
+		return true
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "remote error") {
 		return true // crypto/tls reports a TLS alert from the peer as a "remote error"

@@ -296,3 +296,40 @@ func TestAnswerOverMaxBodyIsAnError(t *testing.T) {
 		t.Fatalf("a 5 MiB answer with MaxBody 6 MiB: %v; want it whole", err)
 	}
 }
+
+// TestDeadlineBeforeTheRequestIsNotUnknown: a node that accepts connections
+// but never completes a TLS handshake keeps every attempt from writing its
+// request, so when the deadline cuts the attempt short nothing can have
+// taken effect: the error must not be an unknown outcome.
+func TestDeadlineBeforeTheRequestIsNotUnknown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var held []net.Conn // held open, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, conn)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	c := mustNew(t, Config{Addrs: []string{"https://" + ln.Addr().String()}, Timeout: 500 * time.Millisecond})
+	_, err = c.Do(context.Background(), post)
+	if err == nil || errors.Is(err, ErrUnknown) {
+		t.Fatalf("Do against a silent TLS endpoint: %v; want a failure that is not an unknown outcome", err)
+	}
+}
