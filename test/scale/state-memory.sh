@@ -4,25 +4,30 @@
 # a snapshot of that state, and the time from a restart to ready.
 #
 #   bash test/scale/state-memory.sh [--nodes 1|3] [--leases 1000000] [--clients 128] [--keep DIR]
+#                                   [--ports HTTP,RAFT,...]
 #
 # It builds holdfast from this checkout, starts the nodes on 127.0.0.1 with
 # their data in a temporary directory, fills the cluster with `holdfast bench
 # --workload lease-fill` (every lease held for a day), takes a backup with
 # `holdfast snapshot save`, stops every node and starts them again, and
-# prints one line per number (rss_* in MiB, per node in node order).
+# prints one line per number (rss_* in MiB, per node in node order). The
+# nodes listen on free loopback ports below the kernel's ephemeral range,
+# or on --ports (an HTTP and a Raft port per node).
 set -euo pipefail
 
 NODES=1
 LEASES=1000000
 CLIENTS=128
 KEEP=""
+PORTS=""
 while [ $# -gt 0 ]; do
 	case $1 in
 	--nodes) NODES=$2; shift 2 ;;
 	--leases) LEASES=$2; shift 2 ;;
 	--clients) CLIENTS=$2; shift 2 ;;
 	--keep) KEEP=$2; shift 2 ;;
-	-h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--ports) PORTS=$2; shift 2 ;;
+	-h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "state-memory: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -49,20 +54,27 @@ trap cleanup EXIT
 
 (cd "$ROOT" && go build -o "$BIN" ./cmd/holdfast)
 
-# Loopback ports nothing listens on.
+# A loopback port nothing listens on, below the ephemeral range (where an
+# outgoing connection could take a node's port before it listens).
+EPHEMERAL_LO=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
 	local p
 	for _ in $(seq 1 100); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % (EPHEMERAL_LO - 10000)))
 		(: </dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return 0; }
 	done
 	echo "state-memory: no free port" >&2
 	exit 1
 }
 HTTP=() RAFT=()
+IFS=, read -r -a GIVEN <<<"$PORTS"
+if [ -n "$PORTS" ] && [ "${#GIVEN[@]}" -ne $((2 * NODES)) ]; then
+	echo "state-memory: --ports needs $((2 * NODES)) ports (HTTP and Raft per node)" >&2
+	exit 2
+fi
 for i in $(seq 0 $((NODES - 1))); do
-	HTTP+=("127.0.0.1:$(free_port)")
-	RAFT+=("127.0.0.1:$(free_port)")
+	HTTP+=("127.0.0.1:${GIVEN[2 * i]:-$(free_port)}")
+	RAFT+=("127.0.0.1:${GIVEN[2 * i + 1]:-$(free_port)}")
 done
 ADDRS=$(IFS=,; echo "${HTTP[*]}")
 
