@@ -337,3 +337,29 @@ func TestReplacedRecordLeavesNoTrace(t *testing.T) {
 		t.Fatalf("sweep at the new record's end: %+v", *got)
 	}
 }
+
+// TestLeaseHeapOrderAndShrink pushes lifecycle ends in a scrambled order and
+// pops them all: they come out in (time, id) order, and the drained heap
+// gives its memory back.
+func TestLeaseHeapOrderAndShrink(t *testing.T) {
+	var h leaseHeap
+	const n = 20000
+	for i := range n {
+		var e leaseExpiry
+		e.at = int64((i * 7919) % 1000) // many equal times: the id decides
+		e.id[0], e.id[1] = byte(i>>8), byte(i)
+		h.push(e)
+	}
+	peak := cap(h)
+	prev := leaseExpiry{at: -1}
+	for range n {
+		if h[0].less(prev) {
+			t.Fatalf("popped %+v after %+v", h[0], prev)
+		}
+		prev = h[0]
+		h.pop()
+	}
+	if len(h) != 0 || cap(h) >= peak/2 {
+		t.Fatalf("drained heap: len %d cap %d (peak %d)", len(h), cap(h), peak)
+	}
+}

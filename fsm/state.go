@@ -276,6 +276,9 @@ func (h *leaseHeap) pop() {
 	old[0] = old[n]
 	*h = old[:n]
 	h.down(0)
+	if c := cap(*h); c > 4096 && n < c/4 {
+		*h = append(make(leaseHeap, 0, 2*n), *h...) // give back what a drained heap held
+	}
 }
 
 // init orders entries appended in any order.
