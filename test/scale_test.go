@@ -49,6 +49,7 @@ func stateMemoryScript(t *testing.T, nodes int) {
 		`snapshot_save_seconds=\d+\.\d\d snapshot_bytes=[1-9]\d*\n`,
 		`backup sent: index=\d+ bytes=[1-9]\d* snapshot_seconds=\S+ total_seconds=\S+\n`,
 		`restart_to_ready_seconds=\d+\.\d\d\n`,
+		`restart_to_current_seconds=\d+\.\d\d\n`,
 		`rss_after_restart_mib=` + perNode + `\n`,
 	} {
 		if !regexp.MustCompile(want).Match(out) {
