@@ -52,7 +52,9 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 	}
 	l := s.liveLease(c.Lease)
 	if l == nil {
-		if _, ended := s.leases[c.Lease]; !ended && int64(len(s.leases)) >= s.settings.MaxLeases {
+		// At the bound, a key with an ended record may still reuse it (looked
+		// up only then: below the bound a new key costs no second lookup).
+		if int64(len(s.leases)) >= s.settings.MaxLeases && s.leases[c.Lease] == nil {
 			return LeaseResult{Outcome: LeaseLimitReached, Now: s.clock, Limit: s.settings.MaxLeases}
 		}
 		l = &lease{

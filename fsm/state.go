@@ -350,22 +350,18 @@ func (t *timers) cancel(k timerKey) {
 	}
 }
 
-// peek returns the earliest timer, stale lease entries included (they are
-// due, so at worst a sweep is asked for early). It changes nothing.
-func (t *timers) peek() (timer, bool) {
-	return t.earliest()
-}
-
 // next drops stale lease entries from the top (live says whether an entry
 // is its record's), then returns the earliest timer.
 func (t *timers) next(live func(leaseExpiry) bool) (timer, bool) {
 	for len(t.leases) > 0 && !live(t.leases[0]) {
 		t.leases.pop()
 	}
-	return t.earliest()
+	return t.peek()
 }
 
-func (t *timers) earliest() (timer, bool) {
+// peek returns the earliest timer, stale lease entries included (they are
+// due, so at worst a sweep is asked for early). It changes nothing.
+func (t *timers) peek() (timer, bool) {
 	switch {
 	case len(t.h) == 0 && len(t.leases) == 0:
 		return timer{}, false

@@ -51,6 +51,7 @@ func stateMemoryScript(t *testing.T, nodes int) {
 		`restart_to_ready_seconds=\d+\.\d\d\n`,
 		`restart_to_current_seconds=\d+\.\d\d\n`,
 		`rss_after_restart_mib=` + perNode + `\n`,
+		`heap_after_restart_mib=\d+\.\d` + strings.Repeat(`,\d+\.\d`, nodes-1) + `\n`,
 	} {
 		if !regexp.MustCompile(want).Match(out) {
 			t.Errorf("state-memory.sh printed no line matching %q:\n%s", want, out)

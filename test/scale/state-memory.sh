@@ -161,3 +161,10 @@ for _ in $(seq 1 200); do (check_held "after the restart") 2>/dev/null && break;
 echo "restart_to_current_seconds=$(since "$t")"
 check_held "after the restart"
 echo "rss_after_restart_mib=$(rss VmRSS)"
+# Live heap: the node's heap profile forces a collection first and ends with
+# the runtime's memory statistics.
+heap=()
+for p in "${HTTP[@]}"; do
+	heap+=("$(curl -s "http://$p/debug/pprof/heap?gc=1&debug=1" | awk '$2 == "HeapAlloc" { printf "%.1f", $4 / 1048576 }')")
+done
+echo "heap_after_restart_mib=$(IFS=,; echo "${heap[*]}")"
