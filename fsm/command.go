@@ -28,11 +28,25 @@ const (
 	TypeSetNode       CommandType = 13
 	TypeRemoveNode    CommandType = 14
 	TypeBatch         CommandType = 15
+	TypeJobRetry      CommandType = 16
 )
 
 // bodyVersion is the version byte written after the type byte. Decoders
 // accept every version they know; a new body layout gets a new version.
 const bodyVersion = 1
+
+// relayout is a command whose body has had more than one layout: it names
+// the version it writes, and its decodeBody reads that and every earlier
+// one, so entries already in a log keep their meaning.
+type relayout interface{ writtenVersion() byte }
+
+// versionOf is the body version c writes.
+func versionOf(c Command) byte {
+	if r, ok := c.(relayout); ok {
+		return r.writtenVersion()
+	}
+	return bodyVersion
+}
 
 // Command is a typed entry of the replicated log. Every command carries the
 // leader's wall-clock time in milliseconds (Now) and everything else Apply
@@ -116,13 +130,25 @@ type JobAck struct {
 	Receipt secret.Hash
 }
 
-// JobRelease returns a claimed job for another attempt.
+// JobRelease returns a claimed job for another attempt. DelaySeconds
+// (0 to MaxReleaseDelaySeconds) keeps it from being claimed again for that
+// long, never past the queue's deadline.
 type JobRelease struct {
-	Now     int64
-	Queue   secret.ID
-	Token   secret.Hash
-	Job     secret.ID
-	Receipt secret.Hash
+	Now          int64
+	Queue        secret.ID
+	Token        secret.Hash
+	Job          secret.ID
+	Receipt      secret.Hash
+	DelaySeconds int64
+}
+
+// JobRetry moves a failed job back to pending with its attempts reset. It
+// takes the queue's write token.
+type JobRetry struct {
+	Now   int64
+	Queue secret.ID
+	Token secret.Hash
+	Job   secret.ID
 }
 
 // JobRenew extends a claim's visibility window.
@@ -223,6 +249,9 @@ func (*JobRelease) Type() CommandType { return TypeJobRelease }
 func (*JobRenew) Type() CommandType { return TypeJobRenew }
 
 // Type implements Command.
+func (*JobRetry) Type() CommandType { return TypeJobRetry }
+
+// Type implements Command.
 func (*Sweep) Type() CommandType { return TypeSweep }
 
 // Type implements Command.
@@ -257,6 +286,9 @@ func (c *JobRelease) Stamp() int64 { return c.Now }
 
 // Stamp implements Command.
 func (c *JobRenew) Stamp() int64 { return c.Now }
+
+// Stamp implements Command.
+func (c *JobRetry) Stamp() int64 { return c.Now }
 
 // Stamp implements Command.
 func (c *Sweep) Stamp() int64 { return c.Now }
@@ -408,12 +440,33 @@ func (c *JobAck) decodeBody(d *wire.Decoder, _ byte) {
 	decodeReceiptFields(d, &c.Now, &c.Queue, &c.Token, &c.Job, &c.Receipt)
 }
 
+// writtenVersion: version 2 added DelaySeconds.
+func (*JobRelease) writtenVersion() byte { return 2 }
+
 func (c *JobRelease) encodeBody(e *wire.Encoder) {
 	encodeReceiptFields(e, c.Now, c.Queue, c.Token, c.Job, c.Receipt)
+	e.Varint(c.DelaySeconds)
 }
 
-func (c *JobRelease) decodeBody(d *wire.Decoder, _ byte) {
+func (c *JobRelease) decodeBody(d *wire.Decoder, version byte) {
 	decodeReceiptFields(d, &c.Now, &c.Queue, &c.Token, &c.Job, &c.Receipt)
+	if version >= 2 {
+		c.DelaySeconds = d.Varint()
+	}
+}
+
+func (c *JobRetry) encodeBody(e *wire.Encoder) {
+	e.Varint(c.Now)
+	putID(e, c.Queue)
+	putHash(e, c.Token)
+	putID(e, c.Job)
+}
+
+func (c *JobRetry) decodeBody(d *wire.Decoder, _ byte) {
+	c.Now = d.Varint()
+	c.Queue = getID(d)
+	c.Token = getHash(d)
+	c.Job = getID(d)
 }
 
 func (c *JobRenew) encodeBody(e *wire.Encoder) {
@@ -458,7 +511,7 @@ func Encode(c Command) []byte {
 	}
 	e := wire.NewEncoder(make([]byte, 0, size))
 	e.Byte(byte(c.Type()))
-	e.Byte(bodyVersion)
+	e.Byte(versionOf(c))
 	c.encodeBody(e)
 	return e.Bytes()
 }
@@ -496,6 +549,8 @@ func newCommand(t CommandType) Command {
 		return &RemoveNode{}
 	case TypeBatch:
 		return &Batch{}
+	case TypeJobRetry:
+		return &JobRetry{}
 	}
 	return nil
 }
@@ -510,7 +565,7 @@ func Decode(b []byte) (Command, error) {
 	if c == nil {
 		return nil, fmt.Errorf("decode command: unknown command type %d (written by a newer holdfast?)", t)
 	}
-	if version != bodyVersion {
+	if version < 1 || version > versionOf(c) {
 		return nil, fmt.Errorf("decode command: type %d has unknown body version %d", t, version)
 	}
 	d := wire.NewDecoder(b[2:])

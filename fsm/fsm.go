@@ -100,6 +100,9 @@ func (s *state) apply(c Command) interface{} {
 	case *JobRenew:
 		r := s.applyJobRenew(c)
 		return &r
+	case *JobRetry:
+		r := s.applyJobRetry(c)
+		return &r
 	case *Sweep:
 		r := s.applySweep(c)
 		return &r

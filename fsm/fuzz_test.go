@@ -31,6 +31,8 @@ func sampleCommands() []Command {
 		&SetSettings{Now: t0 + 11, Patch: SettingsPatch{QueueMaxJobs: &maxJobs, LeaseTTLMaxSeconds: &ttl}},
 		&SetNode{Now: t0 + 12, Node: NodeInfo{ID: "n1", HTTPAddr: "127.0.0.1:7070", RaftAddr: "127.0.0.1:7071"}},
 		&RemoveNode{Now: t0 + 13, ID: "n2"},
+		&JobRelease{Now: t0 + 14, Queue: q.id, Token: q.worker, Job: jobID("job-1"), Receipt: secret.ReceiptHash("r1"), DelaySeconds: 120},
+		&JobRetry{Now: t0 + 15, Queue: q.id, Token: q.write, Job: jobID("job-1")},
 	}
 }
 

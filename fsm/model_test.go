@@ -81,7 +81,7 @@ func (g *gen) next() Command {
 		c := g.claims[g.pick(len(g.claims))]
 		q, tok, job, rcpt = c.queue, c.token, c.job, c.receipt
 	}
-	switch g.pick(14) {
+	switch g.pick(15) {
 	case 0, 1:
 		return &LeaseAcquire{Now: now, Lease: lease, Fingerprint: g.hash("fp", 2), Owner: owner, TTLSeconds: ttl}
 	case 2:
@@ -99,9 +99,11 @@ func (g *gen) next() Command {
 	case 10:
 		return &JobAck{Now: now, Queue: q, Token: tok, Job: job, Receipt: rcpt}
 	case 11:
-		return &JobRelease{Now: now, Queue: q, Token: tok, Job: job, Receipt: rcpt}
+		return &JobRelease{Now: now, Queue: q, Token: tok, Job: job, Receipt: rcpt, DelaySeconds: []int64{0, 0, 30, 900, 901, -1}[g.pick(6)]}
 	case 12:
 		return &JobRenew{Now: now, Queue: q, Token: tok, Job: job, Receipt: rcpt, VisibilitySeconds: vis}
+	case 13:
+		return &JobRetry{Now: now, Queue: q, Token: tok, Job: job}
 	}
 	switch g.pick(16) {
 	case 0:
@@ -272,8 +274,8 @@ func TestCommandEncodingRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	if len(seen) != int(TypeRemoveNode) {
-		t.Fatalf("generator covered %d command types, want %d", len(seen), TypeRemoveNode)
+	if want := int(TypeJobRetry) - 1; len(seen) != want { // all but Batch
+		t.Fatalf("generator covered %d command types, want %d", len(seen), want)
 	}
 	if _, err := Decode([]byte{99, 1}); err == nil || !strings.Contains(err.Error(), "unknown command type") {
 		t.Fatalf("unknown type: %v", err)

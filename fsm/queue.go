@@ -76,10 +76,13 @@ func (s *state) jobView(q *queue, j *job, now int64) *JobView {
 		CompletedAt:    j.completedAt,
 		QueueExpiresAt: q.expiresAt,
 	}
-	if v.Status == JobClaimedStatus {
+	switch {
+	case v.Status == JobClaimedStatus:
 		v.VisibleAt = j.visibleAt
-	} else if j.status == JobClaimedStatus {
+	case j.status == JobClaimedStatus:
 		v.UpdatedAt = j.visibleAt // the claim ended when its window did
+	case j.status == JobPending && j.visibleAt > now:
+		v.AvailableAt = j.visibleAt // released with a delay
 	}
 	return v
 }
@@ -252,8 +255,8 @@ func (s *state) applyJobClaim(c *JobClaim) QueueResult {
 			j = s.mutJob(q, i)
 			s.endClaim(q, j, j.visibleAt)
 		}
-		if j.status != JobPending {
-			continue
+		if j.status != JobPending || j.visibleAt > s.clock {
+			continue // settled, claimed, or released with a delay not yet over
 		}
 		q = s.mutQueue(q)
 		j = s.mutJob(q, i)
@@ -324,13 +327,50 @@ func (s *state) applyJobAck(c *JobAck) QueueResult {
 	return s.queueResult(JobAcked, q, j)
 }
 
+// MaxReleaseDelaySeconds bounds a release's delay_seconds.
+const MaxReleaseDelaySeconds = 900
+
 func (s *state) applyJobRelease(c *JobRelease) QueueResult {
+	if c.DelaySeconds < 0 || c.DelaySeconds > MaxReleaseDelaySeconds {
+		return QueueResult{Outcome: QueueInvalid, Now: s.clock}
+	}
 	q, j, r := s.receiptJob(c.Queue, c.Token, c.Job, c.Receipt, false)
 	if j == nil {
 		return r
 	}
-	s.endClaim(q, j, s.clock)
+	if !s.endClaim(q, j, s.clock) && c.DelaySeconds > 0 {
+		// A pending job's visibleAt is when it may be claimed again; the
+		// queue's deadline caps it like any claim window.
+		j.visibleAt = min(s.clock+secondsToMillis(c.DelaySeconds), q.expiresAt)
+	}
 	return s.queueResult(JobReleased, q, j)
+}
+
+// applyJobRetry moves a failed job, or one whose last claim's window has
+// ended, back to pending with no attempts.
+func (s *state) applyJobRetry(c *JobRetry) QueueResult {
+	q, o := s.authorize(c.Queue, RoleWrite, c.Token, s.clock)
+	if q == nil {
+		return QueueResult{Outcome: o, Now: s.clock}
+	}
+	i, ok := q.byID[c.Job]
+	if !ok {
+		return QueueResult{Outcome: JobNotFound, Now: s.clock}
+	}
+	if effectiveStatus(q.jobs[i], s.clock, s.settings.QueueMaxAttempts) != JobFailed {
+		return s.queueResult(JobNotFailed, q, q.jobs[i])
+	}
+	q = s.mutQueue(q)
+	j := s.mutJob(q, i)
+	if j.status == JobClaimedStatus {
+		s.endClaim(q, j, j.visibleAt)
+	}
+	j.status = JobPending
+	j.attempts = 0
+	j.updatedAt = s.clock
+	j.visibleAt = 0
+	q.settled = min(q.settled, i)
+	return s.queueResult(JobRetried, q, j)
 }
 
 func (s *state) applyJobRenew(c *JobRenew) QueueResult {

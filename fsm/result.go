@@ -109,11 +109,17 @@ const (
 	// QueueLimitReached: the cluster holds max_queues live queues (create);
 	// nothing changed.
 	QueueLimitReached
+	// JobRetried: a failed job is pending again with no attempts (retry).
+	JobRetried
+	// JobNotFailed: only a failed job can be retried; Job shows its status
+	// (retry). Nothing changed.
+	JobNotFailed
 )
 
 var queueOutcomeNames = [...]string{"", "created", "rate_limited", "queue_id_taken", "queue_not_found", "forbidden",
 	"job_not_found", "job_created", "deduplicated", "job_key_conflict", "job_limit_reached", "job_id_taken",
-	"claimed", "empty", "acked", "released", "renewed", "receipt_rejected", "found", "invalid", "queue_limit_reached"}
+	"claimed", "empty", "acked", "released", "renewed", "receipt_rejected", "found", "invalid", "queue_limit_reached",
+	"retried", "not_failed"}
 
 // String returns the outcome's name.
 func (o QueueOutcome) String() string {
@@ -197,6 +203,9 @@ type JobView struct {
 	UpdatedAt int64
 	// VisibleAt is when the current claim's window ends (claimed jobs only).
 	VisibleAt int64
+	// AvailableAt is when a pending job released with a delay may be
+	// claimed again (pending jobs within their delay only).
+	AvailableAt int64
 	// CompletedAt is when the job was acknowledged.
 	CompletedAt int64
 	// QueueExpiresAt is the queue's fixed deadline, which is also the job's.
