@@ -27,6 +27,7 @@ func (s *Server) routeAPI() {
 	g.POST("/queue", lead, s.restCreateQueue)
 	g.POST("/queue/:queue_id/jobs", lead, s.restEnqueue)
 	g.POST("/queue/:queue_id/claim", lead, s.restClaim)
+	g.POST("/queue/:queue_id/jobs/:job_id/retry", lead, s.restRetry)
 	g.POST("/queue/:queue_id/jobs/:job_id/:action", lead, s.restJobAction)
 	g.GET("/queue/:queue_id", read, s.restRead)
 	g.GET("/queue/:queue_id/jobs/:job_id", read, s.restRead)
@@ -134,7 +135,7 @@ func (s *Server) restJobAction(c *gin.Context) {
 	case "renew":
 		op = opJobRenew
 	default:
-		fail(c, http.StatusNotFound, "no such endpoint: the job action must be ack, release or renew")
+		fail(c, http.StatusNotFound, "no such endpoint: the job action must be ack, release, renew or retry")
 		return
 	}
 	a, ok := s.restQueueAuth(c)
@@ -143,17 +144,27 @@ func (s *Server) restJobAction(c *gin.Context) {
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
-	if op == opJobRenew {
-		var in RenewInput
-		if bindJSON(c, apiBodyLimit, false, &in) {
-			s.receiptOp(ctx, op, a, c.Param("job_id"), in.Receipt, in.VisibilityTimeout).write(c)
-		}
+	in, ok := receiptBody(op, func(v any) bool { return bindJSON(c, apiBodyLimit, false, v) })
+	if !ok {
 		return
 	}
-	var in ReceiptInput
-	if bindJSON(c, apiBodyLimit, false, &in) {
-		s.receiptOp(ctx, op, a, c.Param("job_id"), in.Receipt, nil).write(c)
+	s.receiptOp(ctx, op, a, c.Param("job_id"), in).write(c)
+}
+
+// restRetry answers POST /queue/{id}/jobs/{job_id}/retry, whose body is
+// empty or {}.
+func (s *Server) restRetry(c *gin.Context) {
+	a, ok := s.restQueueAuth(c)
+	if !ok {
+		return
 	}
+	var in struct{}
+	if !bindJSON(c, apiBodyLimit, true, &in) {
+		return
+	}
+	ctx, cancel := s.requestContext(c)
+	defer cancel()
+	s.retryJob(ctx, a, c.Param("job_id")).write(c)
 }
 
 func (s *Server) restRead(c *gin.Context) {

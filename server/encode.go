@@ -184,6 +184,9 @@ func appendJob(b []byte, j *fsm.JobView, receipt *string) []byte {
 		return strconv.AppendInt(b, v, 10)
 	}
 	b = field(append(b, '{'), "attempts", j.Attempts)
+	if j.AvailableAt != 0 {
+		b = field(append(b, ','), "available_at_timestamp", secondsOf(j.AvailableAt))
+	}
 	if j.VisibleAt != 0 {
 		b = field(append(b, ','), "claim_expire_timestamp", secondsOf(j.VisibleAt))
 	}

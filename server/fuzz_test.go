@@ -72,7 +72,8 @@ func toolBodies() map[string]func() any {
 		"enqueue_agent_queue_job": newOf[EnqueueInput](),
 		"claim_agent_queue_job":   newOf[ClaimInput](),
 		"ack_agent_queue_job":     newOf[ReceiptInput](),
-		"release_agent_queue_job": newOf[ReceiptInput](),
+		"release_agent_queue_job": newOf[ReleaseInput](),
+		"retry_agent_queue_job":   newOf[struct{}](),
 		"renew_agent_queue_job":   newOf[RenewInput](),
 	}
 }

@@ -120,6 +120,11 @@ func (s *Server) execute(ctx context.Context, op *leaderOp) opResult {
 			return opResult{refusal: r}
 		}
 		c.Now = now
+	case *fsm.JobRetry:
+		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWrite); r != nil {
+			return opResult{refusal: r}
+		}
+		c.Now = now
 	case *fsm.JobRenew:
 		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
 			return opResult{refusal: r}
@@ -164,7 +169,7 @@ func (s *Server) executeStaleRead(q *queueRead) fsm.QueueResult {
 // Wire layout of leaderOps and opResults on the peer link. A version byte
 // leads each, so a mixed-version cluster refuses what it cannot read.
 const (
-	opWireVersion = 1
+	opWireVersion = 2
 
 	opWrite   = 1
 	opRead    = 2
@@ -264,7 +269,7 @@ func decodeOp(b []byte) (*leaderOp, error) {
 func apiCommand(cmd fsm.Command) bool {
 	switch cmd.(type) {
 	case *fsm.LeaseAcquire, *fsm.LeaseRenew, *fsm.LeaseRelease, *fsm.LeaseComplete,
-		*fsm.QueueCreate, *fsm.JobEnqueue, *fsm.JobClaim, *fsm.JobAck, *fsm.JobRelease, *fsm.JobRenew:
+		*fsm.QueueCreate, *fsm.JobEnqueue, *fsm.JobClaim, *fsm.JobAck, *fsm.JobRelease, *fsm.JobRenew, *fsm.JobRetry:
 		return true
 	}
 	return false
@@ -329,7 +334,7 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 			e.String(j.Key)
 			e.Blob(j.Payload)
 			e.Byte(byte(j.Status))
-			for _, v := range []int64{j.Attempts, j.CreatedAt, j.UpdatedAt, j.VisibleAt, j.CompletedAt, j.QueueExpiresAt} {
+			for _, v := range []int64{j.Attempts, j.CreatedAt, j.UpdatedAt, j.VisibleAt, j.AvailableAt, j.CompletedAt, j.QueueExpiresAt} {
 				e.Varint(v)
 			}
 		}
@@ -382,7 +387,7 @@ func decodeResult(b []byte) (opResult, error) {
 			j.Key = d.String()
 			j.Payload = d.Blob()
 			j.Status = fsm.JobStatus(d.Byte())
-			for _, p := range []*int64{&j.Attempts, &j.CreatedAt, &j.UpdatedAt, &j.VisibleAt, &j.CompletedAt, &j.QueueExpiresAt} {
+			for _, p := range []*int64{&j.Attempts, &j.CreatedAt, &j.UpdatedAt, &j.VisibleAt, &j.AvailableAt, &j.CompletedAt, &j.QueueExpiresAt} {
 				*p = d.Varint()
 			}
 			q.Job = j

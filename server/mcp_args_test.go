@@ -26,6 +26,7 @@ func argSamples() map[string]string {
 		"job_key":            `"report-42"`,
 		"payload":            `{"report_id":42,"tags":["` + secretMark + `"]}`,
 		"visibility_timeout": "60",
+		"delay_seconds":      "30",
 	}
 }
 

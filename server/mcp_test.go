@@ -271,7 +271,7 @@ func testToolList(t *testing.T, cs *mcp.ClientSession) {
 	}
 	want := []string{"create_lease_namespace", "acquire_lease", "renew_lease", "release_lease", "complete_lease",
 		"create_agent_queue", "enqueue_agent_queue_job", "claim_agent_queue_job", "read_agent_queue", "read_agent_queue_job",
-		"ack_agent_queue_job", "release_agent_queue_job", "renew_agent_queue_job"}
+		"ack_agent_queue_job", "release_agent_queue_job", "renew_agent_queue_job", "retry_agent_queue_job"}
 	readOnly := map[string]bool{"create_lease_namespace": true, "read_agent_queue": true, "read_agent_queue_job": true}
 	var names []string
 	tools := map[string]*mcp.Tool{}
@@ -326,6 +326,7 @@ func testToolList(t *testing.T, cs *mcp.ClientSession) {
 		{tool: "renew_lease", arg: "ttl_seconds", min: 1, max: 86400, def: 60},
 		{tool: "claim_agent_queue_job", arg: "visibility_timeout", min: 30, max: 900, def: 60},
 		{tool: "renew_agent_queue_job", arg: "visibility_timeout", min: 30, max: 900, def: 60},
+		{tool: "release_agent_queue_job", arg: "delay_seconds", min: 0, max: 900, def: 0},
 		{tool: "acquire_lease", arg: "namespace", pattern: "x", matches: "ns_" + strings.Repeat("A", 43), nonsenses: "ns_short"},
 		{tool: "renew_lease", arg: "owner_token", pattern: "x", matches: "own_" + strings.Repeat("b", 43), nonsenses: "own_"},
 		{tool: "enqueue_agent_queue_job", arg: "job_key", pattern: "x", matches: "report:42", nonsenses: ":report"},
@@ -357,17 +358,20 @@ func testToolList(t *testing.T, cs *mcp.ClientSession) {
 		"claim_agent_queue_job":   {"queue_id", "worker_token"},
 		"read_agent_queue_job":    {"job_id", "queue_id", "read_token"},
 		"renew_agent_queue_job":   {"job_id", "queue_id", "receipt", "worker_token"},
+		"retry_agent_queue_job":   {"job_id", "queue_id", "write_token"},
 	} {
 		if got := required(tool); !slices.Equal(got, want) {
 			t.Errorf("%s requires %v, want %v", tool, got, want)
 		}
 	}
 	for tool, words := range map[string][]string{
-		"acquire_lease":         {"fencing_token", "highest", "409", "retry_after_seconds", "conflict", "secret"},
-		"renew_lease":           {"lost", "fencing token"},
-		"claim_agent_queue_job": {"at-least-once", "receipt", "idempotent", "job: null"},
-		"ack_agent_queue_job":   {"409", "superseded"},
-		"create_agent_queue":    {"write_token", "worker_token", "read_token", "429"},
+		"acquire_lease":           {"fencing_token", "highest", "409", "retry_after_seconds", "conflict", "secret"},
+		"renew_lease":             {"lost", "fencing token"},
+		"claim_agent_queue_job":   {"at-least-once", "receipt", "idempotent", "job: null"},
+		"ack_agent_queue_job":     {"409", "superseded"},
+		"create_agent_queue":      {"write_token", "worker_token", "read_token", "429"},
+		"retry_agent_queue_job":   {"failed", "attempts 0", "write token", "409", "job_status"},
+		"release_agent_queue_job": {"delay_seconds", "available_at_timestamp"},
 	} {
 		for _, w := range words {
 			if !strings.Contains(tools[tool].Description, w) {
@@ -490,9 +494,29 @@ func testQueueFlow(t *testing.T, cs *mcp.ClientSession) []string {
 	if r := call(t, cs, "release_agent_queue_job", rcpt, http.StatusConflict); r.str("reason") != "completed" {
 		t.Fatalf("release after ack: %v", r)
 	}
+	retry := map[string]any{"queue_id": qid, "write_token": w, "job_id": jobID}
+	if r := call(t, cs, "retry_agent_queue_job", retry, http.StatusConflict); r.str("job_status") != "completed" {
+		t.Fatalf("retry of a completed job: %v", r)
+	}
+	if r := call(t, cs, "retry_agent_queue_job", map[string]any{"queue_id": qid, "write_token": k, "job_id": jobID}, http.StatusForbidden); r.str("error") == "" {
+		t.Fatalf("retry with the worker token: %v", r)
+	}
+	// A release with a delay: the job waits, and claims pass it by.
+	second := call(t, cs, "enqueue_agent_queue_job", map[string]any{"queue_id": qid, "write_token": w, "job_key": "report:43", "payload": 43}, http.StatusCreated).str("job_id")
+	c2 := call(t, cs, "claim_agent_queue_job", worker, http.StatusOK).obj("job")
+	delayed := call(t, cs, "release_agent_queue_job", map[string]any{"queue_id": qid, "worker_token": k, "job_id": second, "receipt": c2.str("receipt"), "delay_seconds": 600}, http.StatusOK).obj("job")
+	if delayed.str("status") != "pending" || delayed.num("available_at_timestamp") < c2.num("updated_at_timestamp")+599 {
+		t.Fatalf("release with a delay: %v", delayed)
+	}
+	if r := call(t, cs, "claim_agent_queue_job", worker, http.StatusOK); r["job"] != nil {
+		t.Fatalf("claim during the delay: %v", r)
+	}
+	if r := call(t, cs, "retry_agent_queue_job", map[string]any{"queue_id": qid, "write_token": w, "job_id": second}, http.StatusConflict); r.str("job_status") != "pending" {
+		t.Fatalf("retry of a pending job: %v", r)
+	}
 
 	counts := call(t, cs, "read_agent_queue", map[string]any{"queue_id": qid, "read_token": rd}, http.StatusOK)
-	if n := counts.obj("counts"); counts.str("queue_id") != qid || n.num("completed") != 1 || n.num("total") != 1 || n.num("pending") != 0 {
+	if n := counts.obj("counts"); counts.str("queue_id") != qid || n.num("completed") != 1 || n.num("total") != 2 || n.num("pending") != 1 {
 		t.Fatalf("read queue: %v", counts)
 	}
 	one := call(t, cs, "read_agent_queue_job", map[string]any{"queue_id": qid, "read_token": rd, "job_id": jobID}, http.StatusOK).obj("job")

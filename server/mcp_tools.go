@@ -86,7 +86,7 @@ const (
 		"A worker may finish the work and lose its claim before acking, so the work may run twice: make its effects idempotent, keyed by job_key or job_id."
 )
 
-// mcpTools defines the thirteen tools. The argument names mirror the REST
+// mcpTools defines the fourteen tools. The argument names mirror the REST
 // bodies; queue tools take the role token as an argument named for its role.
 func mcpTools() []*toolDef {
 	// Arguments shared by several tools, built afresh for each server.
@@ -118,6 +118,9 @@ func mcpTools() []*toolDef {
 	workerToken := func() toolArg {
 		return argRoleToken("worker_token", "SECRET worker token of the queue (64 lowercase hex characters), from create_agent_queue.")
 	}
+	writeToken := func() toolArg {
+		return argRoleToken("write_token", "SECRET write token of the queue (64 lowercase hex characters), from create_agent_queue.")
+	}
 	readToken := func() toolArg {
 		return argRoleToken("read_token", "SECRET read token of the queue (64 lowercase hex characters), from create_agent_queue.")
 	}
@@ -144,18 +147,12 @@ func mcpTools() []*toolDef {
 			if bad != nil {
 				return *bad
 			}
-			if op == opJobRenew {
-				var in RenewInput
-				if bad := c.decode(&in); bad != nil {
-					return *bad
-				}
-				return s.receiptOp(ctx, op, a, c.args.str("job_id"), in.Receipt, in.VisibilityTimeout)
+			var decodeErr *reply
+			in, ok := receiptBody(op, func(v any) bool { decodeErr = c.decode(v); return decodeErr == nil })
+			if !ok {
+				return *decodeErr
 			}
-			var in ReceiptInput
-			if bad := c.decode(&in); bad != nil {
-				return *bad
-			}
-			return s.receiptOp(ctx, op, a, c.args.str("job_id"), in.Receipt, nil)
+			return s.receiptOp(ctx, op, a, c.args.str("job_id"), in)
 		}
 	}
 
@@ -278,7 +275,7 @@ func mcpTools() []*toolDef {
 			readOnly: false, idempotent: true, destructive: false,
 			args: []toolArg{
 				argQueueID(),
-				argRoleToken("write_token", "SECRET write token of the queue (64 lowercase hex characters), from create_agent_queue."),
+				writeToken(),
 				strArg("job_key", true, jobKeyPattern, "must be 1 to 64 characters, start with an ASCII letter or digit, and contain only letters, digits, '.', '_', ':' and '-'",
 					"Stable key of the job, 1 to 64 characters: an ASCII letter or digit, then letters, digits, '.', '_', ':' or '-'. The same key and payload always return the same job."),
 				jsonArg("payload", "Any JSON value, including null, at most 16384 bytes encoded. Stored unencrypted: no secrets."),
@@ -373,14 +370,34 @@ func mcpTools() []*toolDef {
 		{
 			name:  "release_agent_queue_job",
 			title: "Release a job",
-			description: "Give a claimed job back without completing it: it is pending again at once for another attempt, or failed if this was its 5th attempt.\n" +
+			description: "Give a claimed job back without completing it: it is pending again for another attempt, or failed if this was its 5th attempt. " +
+				"With delay_seconds it is not claimed again for that long (capped at the queue's expiry); the job then shows available_at_timestamp.\n" +
 				"- http_status 200: the job as it now is.\n" +
 				"- http_status 409 (isError) with reason \"expired\", \"superseded\" or \"completed\": your claim had already ended; nothing changed." +
 				queueErrors + resultNote,
 			readOnly: false, idempotent: true, destructive: true,
-			args:       []toolArg{argQueueID(), workerToken(), argJobID(), argReceipt()},
-			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"receipt"}, path: jobPath("release"),
+			args: []toolArg{argQueueID(), workerToken(), argJobID(), argReceipt(),
+				intArg("delay_seconds", 0, 900, 0, "Seconds before the job may be claimed again, 0 to 900, default 0; capped at the queue's expiry.")},
+			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"receipt", "delay_seconds"}, path: jobPath("release"),
 			local: receiptTool(opJobRelease),
+		},
+		{
+			name:  "retry_agent_queue_job",
+			title: "Retry a failed job",
+			description: "Give a failed job (it used its 5 attempts) a fresh start: it becomes pending with attempts 0 and is claimed again like a new job. Takes the write token: retrying is the producer's decision.\n" +
+				"- http_status 200: the job as it now is (status \"pending\", attempts 0).\n" +
+				"- http_status 409 (isError) with job_status: the job is not failed (pending, claimed or completed); nothing changed." +
+				queueErrors + resultNote,
+			readOnly: false, idempotent: false, destructive: false,
+			args:       []toolArg{argQueueID(), writeToken(), argJobID()},
+			leaderOnly: true, method: http.MethodPost, bearer: "write_token", path: jobPath("retry"),
+			local: func(ctx context.Context, s *Server, c *toolCall) reply {
+				a, bad := c.queueAuth("write_token")
+				if bad != nil {
+					return *bad
+				}
+				return s.retryJob(ctx, a, c.args.str("job_id"))
+			},
 		},
 		{
 			name:  "renew_agent_queue_job",

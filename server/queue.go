@@ -29,6 +29,12 @@ type ReceiptInput struct {
 	Receipt *string `json:"receipt" jsonschema:"the secret receipt returned by the claim (64 lowercase hex characters)"`
 }
 
+// ReleaseInput is the body of release.
+type ReleaseInput struct {
+	Receipt      *string `json:"receipt" jsonschema:"the secret receipt returned by the claim (64 lowercase hex characters)"`
+	DelaySeconds *int64  `json:"delay_seconds,omitempty" jsonschema:"seconds before the job may be claimed again, 0 to 900, default 0; capped at the queue's expiry"`
+}
+
 // RenewInput is the body of renew.
 type RenewInput struct {
 	Receipt           *string `json:"receipt" jsonschema:"the secret receipt returned by the claim (64 lowercase hex characters)"`
@@ -172,28 +178,72 @@ const (
 	opJobRenew
 )
 
-func (s *Server) receiptOp(ctx context.Context, jop jobOp, a queueAuth, jobID string, receipt *string, visibility *int64) reply {
+// receiptArgs are the fields of ack, release and renew: the receipt, a
+// release's delay and a renewal's visibility window (nil when not given).
+type receiptArgs struct {
+	receipt           *string
+	delay, visibility *int64
+}
+
+// receiptBody decodes the body of ack, release or renew with decode, which
+// reports whether it succeeded (a failure is answered by decode's caller).
+func receiptBody(op jobOp, decode func(any) bool) (receiptArgs, bool) {
+	switch op {
+	case opJobRenew:
+		var b RenewInput
+		ok := decode(&b)
+		return receiptArgs{receipt: b.Receipt, visibility: b.VisibilityTimeout}, ok
+	case opJobRelease:
+		var b ReleaseInput
+		ok := decode(&b)
+		return receiptArgs{receipt: b.Receipt, delay: b.DelaySeconds}, ok
+	}
+	var b ReceiptInput
+	ok := decode(&b)
+	return receiptArgs{receipt: b.Receipt}, ok
+}
+
+func (s *Server) receiptOp(ctx context.Context, jop jobOp, a queueAuth, jobID string, in receiptArgs) reply {
 	job, bad := parseJobID(jobID)
 	if bad != nil {
 		return *bad
 	}
-	if receipt == nil {
+	if in.receipt == nil {
 		return invalid("receipt", "is required")
 	}
-	if !secret.ValidToken(*receipt) {
+	if !secret.ValidToken(*in.receipt) {
 		return invalid("receipt", "must be the receipt returned by claim: 64 lowercase hex characters")
 	}
-	rh := secret.ReceiptHash(*receipt)
+	var delay int64
+	if in.delay != nil {
+		if delay = *in.delay; delay < 0 || delay > fsm.MaxReleaseDelaySeconds {
+			return invalid("delay_seconds", fmt.Sprintf("must be an integer from 0 to %d", fsm.MaxReleaseDelaySeconds))
+		}
+	}
+	rh := secret.ReceiptHash(*in.receipt)
 	op := &leaderOp{}
 	switch jop {
 	case opAck:
 		op.cmd = &fsm.JobAck{Queue: a.queue, Token: a.token, Job: job, Receipt: rh}
 	case opJobRelease:
-		op.cmd = &fsm.JobRelease{Queue: a.queue, Token: a.token, Job: job, Receipt: rh}
+		op.cmd = &fsm.JobRelease{Queue: a.queue, Token: a.token, Job: job, Receipt: rh, DelaySeconds: delay}
 	case opJobRenew:
-		op.cmd, op.visibility = &fsm.JobRenew{Queue: a.queue, Token: a.token, Job: job, Receipt: rh}, visibility
+		op.cmd, op.visibility = &fsm.JobRenew{Queue: a.queue, Token: a.token, Job: job, Receipt: rh}, in.visibility
 	}
 	r, rep := s.leadQueue(ctx, op)
+	if r == nil {
+		return rep
+	}
+	return queueReply(r, nil)
+}
+
+// retryJob moves a failed job back to pending (write token).
+func (s *Server) retryJob(ctx context.Context, a queueAuth, jobID string) reply {
+	job, bad := parseJobID(jobID)
+	if bad != nil {
+		return *bad
+	}
+	r, rep := s.leadQueue(ctx, &leaderOp{cmd: &fsm.JobRetry{Queue: a.queue, Token: a.token, Job: job}})
 	if r == nil {
 		return rep
 	}
@@ -280,8 +330,11 @@ func queueReply(r *fsm.QueueResult, receipt *string) reply {
 		return errReply(http.StatusConflict, "the queue holds its maximum number of distinct jobs", gin.H{"limit": r.Queue.Counts.Total})
 	case fsm.QueueEmpty:
 		return okReply(http.StatusOK, gin.H{"job": nil})
-	case fsm.JobClaimed, fsm.JobAcked, fsm.JobReleased, fsm.JobRenewed:
+	case fsm.JobClaimed, fsm.JobAcked, fsm.JobReleased, fsm.JobRenewed, fsm.JobRetried:
 		return jobReply(http.StatusOK, r.Job, receipt, nil)
+	case fsm.JobNotFailed:
+		st := r.Job.Status.String()
+		return errReply(http.StatusConflict, "only a failed job can be retried; this job is "+st, gin.H{"job_status": st})
 	case fsm.ReceiptRejected:
 		return errReply(http.StatusConflict, rejectMessage(r.Reason), gin.H{"reason": r.Reason.String()})
 	case fsm.QueueInvalid:

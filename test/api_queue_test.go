@@ -137,6 +137,9 @@ type jobWant struct {
 	// visibility is the claim window asked for, to check
 	// claim_expire_timestamp against the request's time.
 	visibility int64
+	// delay is a release's delay_seconds, to check available_at_timestamp
+	// against the request's time.
+	delay int64
 }
 
 // checkJob checks a job object (README: read job row; claim adds the
@@ -153,6 +156,9 @@ func checkJob(t *testing.T, what string, a *answer, q queueInfo, w jobWant) (id,
 	}
 	if w.receipt {
 		required = append(required, "receipt")
+	}
+	if w.delay > 0 {
+		required = append(required, "available_at_timestamp")
 	}
 	fields(t, what+" job", job, required, nil)
 	id = str(t, what, job, "job_id")
@@ -189,6 +195,9 @@ func checkJob(t *testing.T, what string, a *answer, q queueInfo, w jobWant) (id,
 		if w.visibility > 0 {
 			between(t, what, "claim_expire_timestamp", claimExpire, a.before.Unix()+w.visibility-1, a.after.Unix()+w.visibility+1)
 		}
+	}
+	if w.delay > 0 {
+		between(t, what, "available_at_timestamp", integer(t, what, job, "available_at_timestamp"), a.before.Unix()+w.delay-1, a.after.Unix()+w.delay+1)
 	}
 	if w.status == "completed" {
 		if c := integer(t, what, job, "completed_at_timestamp"); c < created || c > a.after.Unix()+1 {
@@ -567,6 +576,7 @@ func queueRoles(t *testing.T, e *apiEnv, n *harness.Node) {
 		{"ack", http.MethodPost, "/queue/" + q.id + "/jobs/" + w.id + "/ack", receiptBody(probe), "worker", 409},
 		{"release", http.MethodPost, "/queue/" + q.id + "/jobs/" + w.id + "/release", receiptBody(probe), "worker", 409},
 		{"renew", http.MethodPost, "/queue/" + q.id + "/jobs/" + w.id + "/renew", receiptBody(probe), "worker", 409},
+		{"retry", http.MethodPost, "/queue/" + q.id + "/jobs/" + w.id + "/retry", `{}`, "write", 409},
 		{"read queue", http.MethodGet, "/queue/" + q.id, "", "read", 200},
 		{"read job", http.MethodGet, "/queue/" + q.id + "/jobs/" + w.id, "", "read", 200},
 	}

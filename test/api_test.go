@@ -42,6 +42,7 @@ var apiScenarios = []apiScenario{
 	{"queue/job-key-rule", queueJobKeys},
 	{"queue/receipts", queueReceipts},
 	{"queue/attempts-by-release", queueAttemptsByRelease},
+	{"queue/delayed-release-and-retry", queueDelayAndRetry},
 	{"queue/roles", queueRoles},
 	{"queue/not-found", queueNotFound},
 	{"queue/job-limit", queueJobLimit},

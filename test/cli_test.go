@@ -285,6 +285,42 @@ func cliQueue(t *testing.T, cli *cliEnv) {
 	}
 	// The write token cannot claim: 403, exit 1.
 	cli.want(1, e, "queue", "claim", "--token", w)
+	// Retry of a job that is not failed: 409 job_status, exit 4; without
+	// --job nothing is sent.
+	if r = cli.want(4, e, "queue", "retry", "--job", job, "--status"); !strings.Contains(r.stdout, `"job_status":"completed"`) {
+		t.Errorf("retry of a completed job: %q", r.stdout)
+	}
+	cli.want(2, e, "queue", "retry")
+
+	// A release with --delay keeps the job from claims; five releases
+	// fail it, and retry gives it its attempts back.
+	r = cli.want(0, e, "queue", "enqueue", "--key", "report:43", "--payload", `43`, "--field", "job_id")
+	job2 := r.stdout
+	for attempt := 1; attempt <= 5; attempt++ {
+		cl := jsonOf(t, cli.want(0, e, "queue", "claim", "--visibility", "30").stdout)["job"].(map[string]any)
+		rc := cli.secret(cl["receipt"].(string))
+		delay := "0"
+		if attempt == 1 {
+			delay = "1"
+		}
+		r = cli.want(0, e, "queue", "release", "--job", job2, "--receipt", rc, "--delay", delay)
+		rel := jsonOf(t, r.stdout)["job"].(map[string]any)
+		if _, has := rel["available_at_timestamp"]; has != (attempt == 1) {
+			t.Errorf("release %d with --delay %s: %v", attempt, delay, rel)
+		}
+		if attempt == 1 {
+			cli.want(3, e, "queue", "claim") // within the delay: nothing to claim
+			time.Sleep(2 * time.Second)
+		}
+	}
+	if r = cli.want(0, e, "queue", "job", "--job", job2, "--field", "job.status"); r.stdout != "failed" {
+		t.Errorf("status after five releases %q", r.stdout)
+	}
+	cli.want(1, e, "queue", "retry", "--job", job2, "--token", k) // the worker token may not
+	if r = cli.want(0, e, "queue", "retry", "--job", job2, "--field", "job.attempts"); r.stdout != "0" {
+		t.Errorf("attempts after retry %q", r.stdout)
+	}
+	cli.want(2, e, "queue", "release", "--job", job2, "--receipt", receipt, "--delay", "x")
 }
 
 // waitFile waits (bounded) for a file a command writes and returns its content.

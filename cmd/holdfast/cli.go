@@ -22,7 +22,7 @@ const (
 	exitFailed   = 1 // anything else
 	exitUsage    = 2 // bad flags or arguments
 	exitLater    = 3 // held, rate limited, no leader, outcome unknown, empty queue: try later
-	exitConflict = 4 // the key is bound to another fingerprint, or the job key to another payload
+	exitConflict = 4 // the key is bound to another fingerprint, the job key to another payload, or a retried job is not failed
 	exitLost     = 5 // the owner token or receipt no longer holds the lease or claim
 )
 
@@ -192,6 +192,9 @@ func exitFor(r *client.Response) int {
 	}
 	if _, ok := m["job_id"]; ok {
 		return exitConflict // the job key exists with another payload
+	}
+	if _, ok := m["job_status"]; ok {
+		return exitConflict // a retry of a job that is not failed
 	}
 	return exitFailed // e.g. the queue's job limit
 }

@@ -35,8 +35,9 @@ func queueCommand(args []string, stdout, stderr io.Writer) int {
 		{"enqueue", "add a keyed JSON job (write token)", queueEnqueue},
 		{"claim", "claim the next job with a secret receipt (worker token); exit 3 when none is available", queueClaim},
 		{"ack", "mark a claimed job completed (worker token)", queueJobAction("ack")},
-		{"release", "give a claim up so the job can be claimed again (worker token)", queueJobAction("release")},
+		{"release", "give a claim up so the job can be claimed again, at once or after --delay seconds (worker token)", queueJobAction("release")},
 		{"renew", "extend a claim's visibility window (worker token)", queueJobAction("renew")},
+		{"retry", "move a failed job back to pending with its attempts reset (write token)", queueRetry},
 		{"get", "read a queue's times and counts (read token)", queueGet},
 		{"job", "read one job (read token)", queueJob},
 	}, args, stdout, stderr)
@@ -69,6 +70,28 @@ func (q *queueFlags) resolve() (string, error) {
 // path is a route under the queue.
 func (q *queueFlags) path(rest string) string {
 	return client.APIPrefix + "/queue/" + url.PathEscape(q.queue) + rest
+}
+
+// jobFlag adds --job.
+func (q *queueFlags) jobFlag() *string {
+	return q.fs.String("job", envOr("HOLDFAST_JOB_ID", ""), "job id (HOLDFAST_JOB_ID)")
+}
+
+// parseWithJob parses args and checks the queue, the token and --job; it
+// returns the token, or the exit status when ok is false.
+func (q *queueFlags) parseWithJob(args []string, job *string, stderr io.Writer) (token string, code int, ok bool) {
+	name := q.fs.Name()[len("holdfast "):]
+	if code, ok := parseFlags(q.fs, args); !ok {
+		return "", code, false
+	}
+	token, err := q.resolve()
+	if err == nil && *job == "" {
+		err = errors.New("--job (or HOLDFAST_JOB_ID) is required")
+	}
+	if err != nil {
+		return "", usageError(stderr, name, err), false
+	}
+	return token, 0, true
 }
 
 // send runs the command's request.
@@ -171,21 +194,18 @@ func queueJobAction(action string) func(args []string, stdout, stderr io.Writer)
 	return func(args []string, stdout, stderr io.Writer) int {
 		name := "queue " + action
 		q := newQueueFlags(name, workerRole, stderr)
-		job := q.fs.String("job", envOr("HOLDFAST_JOB_ID", ""), "job id (HOLDFAST_JOB_ID)")
+		job := q.jobFlag()
 		receipt := secretFlag(q.fs, "receipt", "HOLDFAST_RECEIPT", "the claim's receipt")
-		var vis *int
-		if action == "renew" {
+		var vis, delay *int
+		switch action {
+		case "renew":
 			vis = q.fs.Int("visibility", 0, "the new visibility_timeout in seconds (0: the server's default)")
+		case "release":
+			delay = q.fs.Int("delay", 0, "delay_seconds: keep the job from claims for this long, 0 to 900")
 		}
-		if code, ok := parseFlags(q.fs, args); !ok {
+		token, code, ok := q.parseWithJob(args, job, stderr)
+		if !ok {
 			return code
-		}
-		token, err := q.resolve()
-		if err != nil {
-			return usageError(stderr, name, err)
-		}
-		if *job == "" {
-			return usageError(stderr, name, errors.New("--job (or HOLDFAST_JOB_ID) is required"))
 		}
 		rc, err := receipt.need("receipt")
 		if err != nil {
@@ -194,6 +214,9 @@ func queueJobAction(action string) func(args []string, stdout, stderr io.Writer)
 		body := map[string]any{"receipt": rc}
 		if vis != nil && *vis != 0 {
 			body["visibility_timeout"] = *vis
+		}
+		if delay != nil && *delay != 0 {
+			body["delay_seconds"] = *delay
 		}
 		b, err := marshalBody(body)
 		if err != nil {
@@ -205,6 +228,16 @@ func queueJobAction(action string) func(args []string, stdout, stderr io.Writer)
 			Token: token, Body: b, Repeatable: action == "ack",
 		}, false)
 	}
+}
+
+func queueRetry(args []string, stdout, stderr io.Writer) int {
+	q := newQueueFlags("queue retry", writeRole, stderr)
+	job := q.jobFlag()
+	token, code, ok := q.parseWithJob(args, job, stderr)
+	if !ok {
+		return code
+	}
+	return q.send(stdout, stderr, client.Request{Method: http.MethodPost, Path: q.path("/jobs/" + url.PathEscape(*job) + "/retry"), Token: token, Body: []byte(`{}`)}, false)
 }
 
 func queueGet(args []string, stdout, stderr io.Writer) int {
@@ -221,16 +254,10 @@ func queueGet(args []string, stdout, stderr io.Writer) int {
 
 func queueJob(args []string, stdout, stderr io.Writer) int {
 	q := newQueueFlags("queue job", readRole, stderr)
-	job := q.fs.String("job", envOr("HOLDFAST_JOB_ID", ""), "job id (HOLDFAST_JOB_ID)")
-	if code, ok := parseFlags(q.fs, args); !ok {
+	job := q.jobFlag()
+	token, code, ok := q.parseWithJob(args, job, stderr)
+	if !ok {
 		return code
-	}
-	token, err := q.resolve()
-	if err != nil {
-		return usageError(stderr, "queue job", err)
-	}
-	if *job == "" {
-		return usageError(stderr, "queue job", errors.New("--job (or HOLDFAST_JOB_ID) is required"))
 	}
 	return q.send(stdout, stderr, client.Request{Method: http.MethodGet, Path: q.path("/jobs/" + url.PathEscape(*job)), Token: token, Repeatable: true}, false)
 }
