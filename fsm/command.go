@@ -112,13 +112,16 @@ type JobEnqueue struct {
 	Payload []byte // canonical JSON
 }
 
-// JobClaim claims the first available job.
+// JobClaim claims the first available job. With ByRequest the receipt was
+// derived from the caller's request id: if a job's active claim has this
+// receipt, that claim is answered again and nothing changes.
 type JobClaim struct {
 	Now               int64
 	Queue             secret.ID
 	Token             secret.Hash
 	Receipt           secret.Hash
 	VisibilitySeconds int64
+	ByRequest         bool
 }
 
 // JobAck marks a claimed job completed.
@@ -399,20 +402,27 @@ func (c *JobEnqueue) decodeBody(d *wire.Decoder, _ byte) {
 	c.Payload = d.Blob()
 }
 
+// writtenVersion: version 2 added ByRequest.
+func (*JobClaim) writtenVersion() byte { return 2 }
+
 func (c *JobClaim) encodeBody(e *wire.Encoder) {
 	e.Varint(c.Now)
 	putID(e, c.Queue)
 	putHash(e, c.Token)
 	putHash(e, c.Receipt)
 	e.Varint(c.VisibilitySeconds)
+	e.Bool(c.ByRequest)
 }
 
-func (c *JobClaim) decodeBody(d *wire.Decoder, _ byte) {
+func (c *JobClaim) decodeBody(d *wire.Decoder, version byte) {
 	c.Now = d.Varint()
 	c.Queue = getID(d)
 	c.Token = getHash(d)
 	c.Receipt = getHash(d)
 	c.VisibilitySeconds = d.Varint()
+	if version >= 2 {
+		c.ByRequest = d.Bool()
+	}
 }
 
 // receiptFields is the shared layout of ack, release and renew.

@@ -33,6 +33,7 @@ func sampleCommands() []Command {
 		&RemoveNode{Now: t0 + 13, ID: "n2"},
 		&JobRelease{Now: t0 + 14, Queue: q.id, Token: q.worker, Job: jobID("job-1"), Receipt: secret.ReceiptHash("r1"), DelaySeconds: 120},
 		&JobRetry{Now: t0 + 15, Queue: q.id, Token: q.write, Job: jobID("job-1")},
+		&JobClaim{Now: t0 + 16, Queue: q.id, Token: q.worker, Receipt: secret.ReceiptHash("r3"), VisibilitySeconds: 60, ByRequest: true},
 	}
 }
 

@@ -73,6 +73,11 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 	switch {
 	case l.state == leaseDone:
 		return s.leaseResult(LeaseCompleted, l)
+	case l.state == leaseHeld && l.leaseExpiresAt > s.clock && l.owner.Equal(c.Owner):
+		// The owner token is derived from the caller's request id (random
+		// owner tokens never repeat): the same request again gets the same
+		// grant, unchanged.
+		return s.leaseResult(LeaseGranted, l)
 	case l.state == leaseHeld && l.leaseExpiresAt > s.clock:
 		r := s.leaseResult(LeaseHeld, l)
 		r.TTLSeconds = 0

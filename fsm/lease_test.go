@@ -71,9 +71,17 @@ func TestLeaseRules(t *testing.T) {
 			{at: 17 * time.Second, op: "acquire", fp: "f", owner: "B", ttl: 60, want: LeaseResult{Outcome: LeaseHeld, FencingToken: 1, RetryAfterSeconds: 43, LeaseExpiresAt: t0 + 60*sec, AbsoluteExpiresAt: absT}},
 			{at: 59500 * time.Millisecond, op: "acquire", fp: "f", owner: "B", ttl: 60, want: LeaseResult{Outcome: LeaseHeld, FencingToken: 1, RetryAfterSeconds: 1, LeaseExpiresAt: t0 + 60*sec, AbsoluteExpiresAt: absT}},
 		}},
-		{"the holder itself cannot acquire again", []leaseStep{
+		{"the same owner again (a repeated request id) gets the same grant, unchanged", []leaseStep{
 			{op: "acquire", fp: "f", owner: "A", ttl: 60, want: held(1, 0, 60)},
-			{at: time.Second, op: "acquire", fp: "f", owner: "A", ttl: 60, want: LeaseResult{Outcome: LeaseHeld, FencingToken: 1, RetryAfterSeconds: 59, LeaseExpiresAt: t0 + 60*sec, AbsoluteExpiresAt: absT}},
+			{at: time.Second, op: "acquire", fp: "f", owner: "A", ttl: 120, want: LeaseResult{Outcome: LeaseGranted, FencingToken: 1, TTLSeconds: 59, LeaseExpiresAt: t0 + 60*sec, AbsoluteExpiresAt: absT}},
+			{at: 2 * time.Second, op: "acquire", fp: "other", owner: "A", ttl: 60, want: LeaseResult{Outcome: LeaseConflict, AbsoluteExpiresAt: absT}},
+			{at: 3 * time.Second, op: "acquire", fp: "f", owner: "B", ttl: 60, want: LeaseResult{Outcome: LeaseHeld, FencingToken: 1, RetryAfterSeconds: 57, LeaseExpiresAt: t0 + 60*sec, AbsoluteExpiresAt: absT}},
+			{at: 4 * time.Second, op: "release", owner: "A", want: LeaseResult{Outcome: LeaseReleased, FencingToken: 1, AbsoluteExpiresAt: absT}},
+			{at: 5 * time.Second, op: "acquire", fp: "f", owner: "A", ttl: 60, want: held(2, 5*time.Second, 60)},
+		}},
+		{"the same owner after its lease expired gets a new grant", []leaseStep{
+			{op: "acquire", fp: "f", owner: "A", ttl: 60, want: held(1, 0, 60)},
+			{at: 60 * time.Second, op: "acquire", fp: "f", owner: "A", ttl: 60, want: held(2, 60*time.Second, 60)},
 		}},
 		{"renew keeps the fence and moves the expiry", []leaseStep{
 			{op: "acquire", fp: "f", owner: "A", ttl: 60, want: held(1, 0, 60)},

@@ -95,7 +95,7 @@ func (g *gen) next() Command {
 	case 6, 7:
 		return &JobEnqueue{Now: now, Queue: q, Token: tok, Job: job, Key: fmt.Sprintf("k%d", g.pick(6)), Payload: []byte(fmt.Sprintf("%d", g.pick(2)))}
 	case 8, 9:
-		return &JobClaim{Now: now, Queue: q, Token: tok, Receipt: rcpt, VisibilitySeconds: vis}
+		return &JobClaim{Now: now, Queue: q, Token: tok, Receipt: rcpt, VisibilitySeconds: vis, ByRequest: g.pick(2) == 0}
 	case 10:
 		return &JobAck{Now: now, Queue: q, Token: tok, Job: job, Receipt: rcpt}
 	case 11:

@@ -248,6 +248,11 @@ func (s *state) applyJobClaim(c *JobClaim) QueueResult {
 	if !s.visibilityValid(c.VisibilitySeconds) {
 		return QueueResult{Outcome: QueueInvalid, Now: s.clock}
 	}
+	if c.ByRequest {
+		if j := q.activeClaim(c.Receipt, s.clock); j != nil {
+			return s.queueResult(JobClaimed, q, j) // the same request again
+		}
+	}
 	for i := q.settled; i < len(q.jobs); i++ {
 		j := q.jobs[i]
 		if j.status == JobClaimedStatus && j.visibleAt <= s.clock {
@@ -270,6 +275,16 @@ func (s *state) applyJobClaim(c *JobClaim) QueueResult {
 		return s.queueResult(JobClaimed, q, j)
 	}
 	return s.queueResult(QueueEmpty, q, nil)
+}
+
+// activeClaim returns the job whose claim, unexpired at now, has receipt.
+func (q *queue) activeClaim(receipt secret.Hash, now int64) *job {
+	for _, j := range q.jobs[q.settled:] {
+		if j.status == JobClaimedStatus && j.visibleAt > now && j.receipt.Equal(receipt) {
+			return j
+		}
+	}
+	return nil
 }
 
 // skipSettled moves q.settled past leading jobs that are completed or

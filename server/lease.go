@@ -20,6 +20,7 @@ type LeaseAcquireInput struct {
 	Key         *string `json:"key" jsonschema:"the work's key: with a namespace 1 to 512 bytes (e.g. invoice:2026-09-05); without one a high-entropy printable ASCII value of 32 to 200 characters"`
 	TTLSeconds  *int64  `json:"ttl_seconds,omitempty" jsonschema:"lease length in seconds, 1 to 86400, default 60; capped at the key's 24-hour lifecycle end"`
 	Fingerprint *string `json:"fingerprint,omitempty" jsonschema:"binds the key to its input for the 24-hour lifecycle; another fingerprint gets status conflict"`
+	RequestID   *string `json:"request_id,omitempty" jsonschema:"your own secret naming this acquire (32 to 128 letters, digits, '-' or '_'): repeated while the grant holds, it answers the same owner token and fencing token"`
 }
 
 // LeaseOwnerInput is the body of POST /lease/renew, /lease/release and
@@ -89,9 +90,17 @@ func (s *Server) acquireLease(ctx context.Context, in LeaseAcquireInput) reply {
 	if bad != nil {
 		return *bad
 	}
-	owner, err := secret.NewOwnerToken()
-	if err != nil {
-		return errReply(http.StatusInternalServerError, "could not generate an owner token", nil)
+	var owner string
+	if in.RequestID != nil {
+		if !secret.ValidRequestID(*in.RequestID) {
+			return invalid("request_id", secret.RequestIDRule)
+		}
+		owner = secret.OwnerTokenOfRequest(lease, *in.RequestID)
+	} else {
+		var err error
+		if owner, err = secret.NewOwnerToken(); err != nil {
+			return errReply(http.StatusInternalServerError, "could not generate an owner token", nil)
+		}
 	}
 	r, rep := s.leadLease(ctx, &leaderOp{cmd: &fsm.LeaseAcquire{Lease: lease, Fingerprint: fp, Owner: secret.OwnerTokenHash(owner)}, ttl: in.TTLSeconds})
 	if r == nil {

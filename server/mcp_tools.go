@@ -11,6 +11,8 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/holdfast/holdfast/internal/secret"
 )
 
 // toolDef is one MCP tool: its schema and contract, how to run it through
@@ -54,6 +56,7 @@ const (
 	idPattern         = `^[0-9a-f]{32}$`
 	tokenPattern      = `^[0-9a-f]{64}$`
 	jobKeyPattern     = `^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`
+	requestIDPattern  = `^[A-Za-z0-9_-]{32,128}$`
 )
 
 func strArg(name string, required bool, pattern, rule, desc string) toolArg {
@@ -125,7 +128,10 @@ func mcpTools() []*toolDef {
 		return argRoleToken("read_token", "SECRET read token of the queue (64 lowercase hex characters), from create_agent_queue.")
 	}
 
-	leaseBody := []string{"namespace", "key", "ttl_seconds", "fingerprint", "owner_token", "result"}
+	leaseBody := []string{"namespace", "key", "ttl_seconds", "fingerprint", "request_id", "owner_token", "result"}
+	argRequestID := func(desc string) toolArg {
+		return strArg("request_id", false, requestIDPattern, secret.RequestIDRule, desc)
+	}
 	leaseOwner := func(op leaseOp) func(context.Context, *Server, *toolCall) reply {
 		return func(ctx context.Context, s *Server, c *toolCall) reply {
 			var in LeaseOwnerInput
@@ -188,6 +194,7 @@ func mcpTools() []*toolDef {
 				argKey("SECRET key naming the work: with a namespace 1 to 512 bytes (e.g. invoice:2026-09-05); without one 32 to 200 printable ASCII characters of high entropy."),
 				argTTL("Lease length in seconds, 1 to 86400, default 60; never past absolute_expires_at (the returned ttl_seconds is the time actually granted)."),
 				textArg("fingerprint", false, 1, 512, "Binds the key to its input (e.g. a hash of the request) for the 24-hour lifecycle; another fingerprint gets status \"conflict\". Omitted counts as a value of its own. SECRET."),
+				argRequestID("Your own random SECRET naming this acquire, 32 to 128 letters, digits, '-' or '_' (e.g. a UUID). If the answer is lost, call again with the same request_id: while that grant holds the lease you get the same 201 (owner_token, fencing_token) instead of 409 held. Use a new one for every acquire meant as new."),
 			},
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/lease" }, body: leaseBody,
 			local: func(ctx context.Context, s *Server, c *toolCall) reply {
@@ -306,8 +313,9 @@ func mcpTools() []*toolDef {
 				argQueueID(),
 				workerToken(),
 				argVisibility("Seconds the claim hides the job from other workers, 30 to 900, default 60; capped at the queue's expiry."),
+				argRequestID("Your own random SECRET naming this claim, 32 to 128 letters, digits, '-' or '_' (e.g. a UUID). If the answer is lost, call again with the same request_id: while that claim is active you get the same job and receipt instead of the job staying hidden until its window ends. Use a new one for every claim meant as new."),
 			},
-			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"visibility_timeout"},
+			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"visibility_timeout", "request_id"},
 			path: func(a toolArgs) string { return queuePath(a) + "/claim" },
 			local: func(ctx context.Context, s *Server, c *toolCall) reply {
 				a, bad := c.queueAuth("worker_token")

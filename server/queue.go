@@ -21,7 +21,8 @@ type EnqueueInput struct {
 
 // ClaimInput is the body of POST /queue/{id}/claim.
 type ClaimInput struct {
-	VisibilityTimeout *int64 `json:"visibility_timeout,omitempty" jsonschema:"seconds the claim hides the job from other workers, 30 to 900, default 60; capped at the queue's expiry"`
+	VisibilityTimeout *int64  `json:"visibility_timeout,omitempty" jsonschema:"seconds the claim hides the job from other workers, 30 to 900, default 60; capped at the queue's expiry"`
+	RequestID         *string `json:"request_id,omitempty" jsonschema:"your own secret naming this claim (32 to 128 letters, digits, '-' or '_'): repeated while the claim is active, it answers the same job and receipt"`
 }
 
 // ReceiptInput is the body of ack and release.
@@ -158,11 +159,20 @@ func (s *Server) enqueue(ctx context.Context, a queueAuth, in EnqueueInput) repl
 }
 
 func (s *Server) claim(ctx context.Context, a queueAuth, in ClaimInput) reply {
-	receipt, err := secret.NewToken()
-	if err != nil {
-		return errReply(http.StatusInternalServerError, "could not generate a receipt", nil)
+	var receipt string
+	if in.RequestID != nil {
+		if !secret.ValidRequestID(*in.RequestID) {
+			return invalid("request_id", secret.RequestIDRule)
+		}
+		receipt = secret.ReceiptOfRequest(a.queue, *in.RequestID)
+	} else {
+		var err error
+		if receipt, err = secret.NewToken(); err != nil {
+			return errReply(http.StatusInternalServerError, "could not generate a receipt", nil)
+		}
 	}
-	r, rep := s.leadQueue(ctx, &leaderOp{cmd: &fsm.JobClaim{Queue: a.queue, Token: a.token, Receipt: secret.ReceiptHash(receipt)}, visibility: in.VisibilityTimeout})
+	cmd := &fsm.JobClaim{Queue: a.queue, Token: a.token, Receipt: secret.ReceiptHash(receipt), ByRequest: in.RequestID != nil}
+	r, rep := s.leadQueue(ctx, &leaderOp{cmd: cmd, visibility: in.VisibilityTimeout})
 	if r == nil {
 		return rep
 	}

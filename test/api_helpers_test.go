@@ -117,7 +117,7 @@ func (s *secretSet) snapshot() map[string]string {
 // and in answers.
 var secretFields = map[string]bool{
 	"namespace": true, "key": true, "fingerprint": true, "owner_token": true, "receipt": true,
-	"write_token": true, "worker_token": true, "read_token": true,
+	"write_token": true, "worker_token": true, "read_token": true, "request_id": true,
 }
 
 // collectSecrets walks a decoded JSON value and records the string value

@@ -251,6 +251,17 @@ func cliLease(t *testing.T, cli *cliEnv) {
 	cli.want(4, e, "lease", "acquire", "--key", "report:1", "--fingerprint", "other")
 	cli.want(5, e, "lease", "release", "--key", "report:1", "--owner-token", owner)
 	cli.want(1, []string{"HOLDFAST_NAMESPACE=not-a-namespace"}, "lease", "acquire", "--key", "k")
+
+	// The same request id again, while its grant holds: the same grant.
+	rid := cli.secret(strings.Repeat("0123456789abcdef", 2))
+	first := jsonOf(t, cli.want(0, append(e, "HOLDFAST_REQUEST_ID="+rid), "lease", "acquire", "--key", "report:2").stdout)
+	again := jsonOf(t, cli.want(0, e, "lease", "acquire", "--key", "report:2", "--request-id", cli.file("rid", rid)).stdout)
+	if first["owner_token"] != again["owner_token"] || first["fencing_token"] != again["fencing_token"] {
+		t.Errorf("acquire with the same request id: %v, then %v", first, again)
+	}
+	cli.secret(first["owner_token"].(string))
+	cli.want(3, e, "lease", "acquire", "--key", "report:2", "--request-id", strings.Repeat("f", 32))
+	cli.want(1, e, "lease", "acquire", "--key", "report:2", "--request-id", "short")
 }
 
 func cliQueue(t *testing.T, cli *cliEnv) {
@@ -273,11 +284,22 @@ func cliQueue(t *testing.T, cli *cliEnv) {
 		t.Fatalf("claimed %v, enqueued %s", cl["job_id"], job)
 	}
 	cli.want(3, e, "queue", "claim") // empty: try later
+	// Claims with a request id: the same one again answers the same claim.
+	r = cli.want(0, e, "queue", "enqueue", "--key", "report:44", "--payload", `44`, "--field", "job_id")
+	job3 := r.stdout
+	qrid := cli.secret(strings.Repeat("fedcba9876543210", 2))
+	c1 := jsonOf(t, cli.want(0, append(e, "HOLDFAST_REQUEST_ID="+qrid), "queue", "claim").stdout)["job"].(map[string]any)
+	c2 := jsonOf(t, cli.want(0, e, "queue", "claim", "--request-id", qrid).stdout)["job"].(map[string]any)
+	if c1["job_id"] != job3 || c1["receipt"] != c2["receipt"] || c2["job_id"] != job3 {
+		t.Errorf("claims with the same request id: %v, then %v", c1, c2)
+	}
+	cli.secret(c1["receipt"].(string))
+	cli.want(0, e, "queue", "ack", "--job", job3, "--receipt", c1["receipt"].(string))
 	cli.want(0, e, "queue", "renew", "--job", job, "--receipt", cli.file("receipt", receipt), "--visibility", "60")
 	cli.want(0, append(e, "HOLDFAST_RECEIPT="+receipt), "queue", "ack", "--job", job)
 	cli.want(0, e, "queue", "ack", "--job", job, "--receipt", receipt) // repeatable
 	cli.want(5, e, "queue", "release", "--job", job, "--receipt", receipt)
-	if r = cli.want(0, e, "queue", "get", "--field", "counts.completed"); r.stdout != "1" {
+	if r = cli.want(0, e, "queue", "get", "--field", "counts.completed"); r.stdout != "2" {
 		t.Errorf("completed count %q", r.stdout)
 	}
 	if r = cli.want(0, e, "queue", "job", "--job", job, "--field", "job.status"); r.stdout != "completed" {

@@ -48,8 +48,10 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 			ttl = fs.Int("ttl", 0, "ttl_seconds (0: the server's default)")
 		}
 		fingerprint := ""
+		var requestID *secretValue
 		if verb == "acquire" {
 			fs.StringVar(&fingerprint, "fingerprint", "", "what this work is for: a completed key answers its result only to the same fingerprint")
+			requestID = secretFlag(fs, "request-id", "HOLDFAST_REQUEST_ID", "request_id naming this acquire: the same one again, while its grant holds, answers that grant")
 		}
 		result := ""
 		if verb == "complete" {
@@ -80,6 +82,15 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		if fingerprint != "" {
 			body["fingerprint"] = fingerprint
 		}
+		rid := ""
+		if requestID != nil {
+			if rid, err = requestID.get(); err != nil {
+				return usageError(stderr, name, err)
+			}
+			if rid != "" {
+				body["request_id"] = rid
+			}
+		}
 		if verb == "complete" {
 			if body["result"], err = jsonArg("result", result, os.Stdin); err != nil {
 				return usageError(stderr, name, err)
@@ -95,9 +106,9 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		}
 		return call{cmd: name, opts: o, req: client.Request{
 			Method: http.MethodPost, Path: path, Body: b,
-			// The README's error table: an acquire with a fingerprint may be
-			// repeated after an unknown outcome.
-			Repeatable: verb == "acquire" && fingerprint != "",
+			// The README's error table: an acquire with a fingerprint or a
+			// request id may be repeated after an unknown outcome.
+			Repeatable: verb == "acquire" && (fingerprint != "" || rid != ""),
 		}}.run(stdout, stderr)
 	}
 }

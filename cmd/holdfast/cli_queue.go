@@ -170,6 +170,7 @@ func queueEnqueue(args []string, stdout, stderr io.Writer) int {
 func queueClaim(args []string, stdout, stderr io.Writer) int {
 	q := newQueueFlags("queue claim", workerRole, stderr)
 	vis := q.fs.Int("visibility", 0, "visibility_timeout in seconds (0: the server's default)")
+	requestID := secretFlag(q.fs, "request-id", "HOLDFAST_REQUEST_ID", "request_id naming this claim: the same one again, while its claim is active, answers that claim")
 	if code, ok := parseFlags(q.fs, args); !ok {
 		return code
 	}
@@ -177,15 +178,25 @@ func queueClaim(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError(stderr, "queue claim", err)
 	}
-	return q.send(stdout, stderr, client.Request{Method: http.MethodPost, Path: q.path("/claim"), Token: token, Body: claimBody(*vis)}, true)
+	rid, err := requestID.get()
+	if err != nil {
+		return usageError(stderr, "queue claim", err)
+	}
+	// A claim with a request id may be repeated after an unknown outcome.
+	return q.send(stdout, stderr, client.Request{Method: http.MethodPost, Path: q.path("/claim"), Token: token, Body: claimBody(*vis, rid), Repeatable: rid != ""}, true)
 }
 
-// claimBody is a claim's request body.
-func claimBody(visibility int) []byte {
-	if visibility == 0 {
-		return []byte(`{}`)
+// claimBody is a claim's request body; visibility 0 and requestID "" are
+// left out.
+func claimBody(visibility int, requestID string) []byte {
+	m := map[string]any{}
+	if visibility != 0 {
+		m["visibility_timeout"] = visibility
 	}
-	b, _ := json.Marshal(map[string]int{"visibility_timeout": visibility})
+	if requestID != "" {
+		m["request_id"] = requestID
+	}
+	b, _ := json.Marshal(m)
 	return b
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/internal/client"
+	"github.com/holdfast/holdfast/internal/secret"
 )
 
 const execUsage = `Usage: holdfast exec --namespace NS --key KEY [flags] -- CMD [ARGS...]
@@ -177,8 +178,16 @@ func (r *execRun) acquire(sigs <-chan os.Signal) (execLease, int, bool) {
 	if r.fingerprint != "" {
 		extra["fingerprint"] = r.fingerprint
 	}
+	// One request id for the run: an acquire whose answer was lost is
+	// answered its grant again, so it is safe to repeat.
+	rid, err := secret.NewRequestID()
+	if err != nil {
+		fmt.Fprintf(r.stderr, "holdfast exec: %v\n", err)
+		return execLease{}, exitFailed, true
+	}
+	extra["request_id"] = rid
 	for {
-		resp, err := r.post(context.Background(), "acquire", extra, r.fingerprint != "")
+		resp, err := r.post(context.Background(), "acquire", extra, true)
 		if err != nil {
 			return execLease{}, errExit(r.stderr, "exec", err), true
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/internal/client"
+	"github.com/holdfast/holdfast/internal/secret"
 )
 
 const workUsage = `Usage: holdfast work --queue QUEUE_ID [flags] -- CMD [ARGS...]
@@ -208,8 +209,15 @@ func (w *workRun) loop() {
 // claim asks for a job: nil with retry when there is none now or the call
 // failed for a while, nil without retry when it can never succeed.
 func (w *workRun) claim() (*claimed, bool) {
+	// A request id of its own makes the claim safe to repeat: a claim whose
+	// answer was lost is answered again instead of hiding its job.
+	rid, err := secret.NewRequestID()
+	if err != nil {
+		w.logf("claim: %v", err)
+		return nil, true
+	}
 	resp, err := w.cl.Do(context.Background(), client.Request{
-		Method: http.MethodPost, Path: w.path("/claim"), Token: w.token, Body: claimBody(w.visibility),
+		Method: http.MethodPost, Path: w.path("/claim"), Token: w.token, Body: claimBody(w.visibility, rid), Repeatable: true,
 	})
 	if err != nil {
 		w.logf("claim: %v", err)

@@ -10,12 +10,14 @@ import (
 // Domain-separation tags, one per purpose. They are part of the stored
 // format: never change one, add a new tag instead.
 const (
-	tagLeaseID     = "holdfast/v1/lease-id"
-	tagFingerprint = "holdfast/v1/fingerprint"
-	tagOwnerToken  = "holdfast/v1/owner-token"
-	tagRoleToken   = "holdfast/v1/role-token"
-	tagReceipt     = "holdfast/v1/receipt"
-	tagClient      = "holdfast/v1/client"
+	tagLeaseID          = "holdfast/v1/lease-id"
+	tagFingerprint      = "holdfast/v1/fingerprint"
+	tagOwnerToken       = "holdfast/v1/owner-token"
+	tagRoleToken        = "holdfast/v1/role-token"
+	tagReceipt          = "holdfast/v1/receipt"
+	tagClient           = "holdfast/v1/client"
+	tagOwnerOfRequest   = "holdfast/v1/owner-token-of-request"
+	tagReceiptOfRequest = "holdfast/v1/receipt-of-request"
 )
 
 // Hash is a SHA-256 digest under which a secret or secret-derived identity

@@ -72,6 +72,56 @@ func NewOwnerToken() (string, error) {
 	return s, nil
 }
 
+// Request ids: a caller's own secret naming one acquire or one claim, so
+// that repeating the request after a lost answer gets the same answer.
+const (
+	// RequestIDMinLen and RequestIDMaxLen bound a request id's length.
+	RequestIDMinLen = 32
+	RequestIDMaxLen = 128
+	// RequestIDRule is the rule a request id must follow, as error messages state it.
+	RequestIDRule = "must be 32 to 128 characters of ASCII letters, digits, '-' and '_' (a random value of at least 128 bits, e.g. a UUID or 32 random hex characters), new for every acquire or claim meant as new"
+)
+
+// ValidRequestID reports whether s follows RequestIDRule.
+func ValidRequestID(s string) bool {
+	if len(s) < RequestIDMinLen || len(s) > RequestIDMaxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// NewRequestID returns a fresh request id: 16 random bytes (128 bits) as
+// 32 lowercase hex characters.
+func NewRequestID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("secret: generate request id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// OwnerTokenOfRequest derives the owner token of an acquire from the
+// lease's identity and the caller's request id: "own_" and 43 base64url
+// characters like a random one, and one-way, so neither the token nor its
+// stored hash reveals the request id.
+func OwnerTokenOfRequest(lease Hash, requestID string) string {
+	h := sum(tagOwnerOfRequest, string(lease[:]), requestID)
+	return ownerTokenPrefix + base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// ReceiptOfRequest derives the receipt of a claim from the queue and the
+// caller's request id: 64 lowercase hex characters like a random one.
+func ReceiptOfRequest(queue ID, requestID string) string {
+	h := sum(tagReceiptOfRequest, string(queue[:]), requestID)
+	return hex.EncodeToString(h[:])
+}
+
 // NewToken returns 32 random bytes (256 bits) as 64 lowercase hex
 // characters: the format of queue role tokens and claim receipts.
 func NewToken() (string, error) {
