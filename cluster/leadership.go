@@ -17,6 +17,7 @@ import (
 type leadership struct {
 	mu     sync.Mutex
 	gen    uint64
+	ctx    context.Context // the current term's; nil when not leading
 	cancel context.CancelFunc
 	ready  bool
 }
@@ -30,7 +31,7 @@ func (l *leadership) gain() (context.Context, uint64) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.gen++
-	l.cancel = cancel
+	l.ctx, l.cancel = ctx, cancel
 	l.ready = false
 	return ctx, l.gen
 }
@@ -41,10 +42,23 @@ func (l *leadership) lose() {
 	defer l.mu.Unlock()
 	if l.cancel != nil {
 		l.cancel()
-		l.cancel = nil
+		l.ctx, l.cancel = nil, nil
 	}
 	l.gen++
 	l.ready = false
+}
+
+// done returns a channel closed when the current term as leader ends,
+// already closed when there is none.
+func (l *leadership) done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return l.ctx.Done()
 }
 
 // markReady marks generation gen ready if it is still current.

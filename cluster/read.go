@@ -56,6 +56,11 @@ func (n *Node) Ready() (bool, string) {
 	return true, ""
 }
 
+// LeadershipDone returns a channel closed when this node's current term as
+// leader ends; it is closed already when the node does not lead. A request
+// that waits on the leader stops waiting when it closes.
+func (n *Node) LeadershipDone() <-chan struct{} { return n.lead.done() }
+
 // IsReadyLeader reports whether this node leads and has applied everything
 // committed before its term, so its local state is current enough to refuse
 // a request early (Apply still decides).

@@ -4,6 +4,11 @@
 // ready together leave in one write, so a busy link costs a few system calls
 // for many calls.
 //
+// A caller that gives up on a call it has sent (its context ended) sends a
+// cancel frame, a frame with the call's id and an empty payload: the server
+// cancels the context of that call's handler, if it is still running. Calls
+// themselves never have an empty payload.
+//
 // It owns one promise about delivery, which callers need to answer honestly:
 // a call that fails with ErrNotSent never left this process (the server
 // cannot have acted on it), while ErrUnknown means its bytes may have
@@ -104,6 +109,9 @@ func (c *Client) Call(ctx context.Context, req []byte) ([]byte, error) {
 	if len(req) > MaxFrame-binary.MaxVarintLen64 {
 		return nil, fmt.Errorf("%w: a payload of %d bytes exceeds the frame limit", ErrNotSent, len(req))
 	}
+	if len(req) == 0 {
+		return nil, fmt.Errorf("%w: an empty payload is a cancel frame, not a call", ErrNotSent)
+	}
 	cl := &call{req: req, done: make(chan answer, 1)}
 	c.mu.Lock()
 	if c.closed {
@@ -130,7 +138,21 @@ func (c *Client) Call(ctx context.Context, req []byte) ([]byte, error) {
 		if cl.state.CompareAndSwap(callQueued, callWithdrawn) {
 			return nil, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
 		}
+		c.cancelCall(cl.id)
 		return nil, fmt.Errorf("%w: %w", ErrUnknown, ctx.Err())
+	}
+}
+
+// cancelCall queues the cancel frame of a call that was sent.
+func (c *Client) cancelCall(id uint64) {
+	c.mu.Lock()
+	if !c.closed {
+		c.queue = append(c.queue, &call{id: id})
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -264,10 +286,14 @@ func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int
 	slots := make(chan struct{}, maxInFlight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var inflight sync.Map // call id -> context.CancelFunc of its handler
 	worker := func(first serverCall) {
 		defer wg.Done()
 		for c := first; ; {
-			w.send(c.id, h(ctx, c.payload))
+			answer := h(c.ctx, c.payload)
+			inflight.Delete(c.id)
+			c.cancel()
+			w.send(c.id, answer)
 			<-slots
 			select {
 			case c = <-jobs:
@@ -284,12 +310,20 @@ func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int
 			}
 			return fmt.Errorf("peerlink: read: %w", err)
 		}
+		if len(payload) == 0 { // a cancel frame
+			if cancel, ok := inflight.Load(id); ok {
+				cancel.(context.CancelFunc)()
+			}
+			continue
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
 		c := serverCall{id: id, payload: payload}
+		c.ctx, c.cancel = context.WithCancel(ctx)
+		inflight.Store(id, c.cancel)
 		select {
 		case jobs <- c: // an idle goroutine takes it
 		default:
@@ -302,6 +336,8 @@ func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int
 type serverCall struct {
 	id      uint64
 	payload []byte
+	ctx     context.Context
+	cancel  context.CancelFunc
 }
 
 // serverWriter gathers answers and writes those that are ready together.

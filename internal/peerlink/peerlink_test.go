@@ -210,3 +210,47 @@ func BenchmarkCall(b *testing.B) {
 		}
 	})
 }
+
+func TestACallerGivingUpCancelsTheHandler(t *testing.T) {
+	started := make(chan struct{}, 1)
+	cancelled := make(chan string, 2)
+	c, stop := pair(t, func(ctx context.Context, req []byte) []byte {
+		if string(req) == "wait" {
+			started <- struct{}{}
+			select {
+			case <-ctx.Done():
+				cancelled <- "cancelled"
+			case <-time.After(10 * time.Second):
+				cancelled <- "not cancelled"
+			}
+		}
+		return req
+	})
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Call(ctx, []byte("wait"))
+		errc <- err
+	}()
+	<-started
+	cancel()
+	if err := <-errc; !errors.Is(err, ErrUnknown) {
+		t.Fatalf("a sent call given up: %v, want ErrUnknown", err)
+	}
+	select {
+	case got := <-cancelled:
+		if got != "cancelled" {
+			t.Fatal("the handler's context was not cancelled")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler's context was not cancelled within 5 s")
+	}
+	// The link still works, and an empty payload is not a call.
+	if ans, err := c.Call(context.Background(), []byte("after")); err != nil || string(ans) != "after" {
+		t.Fatalf("call after a cancel: %q, %v", ans, err)
+	}
+	if _, err := c.Call(context.Background(), nil); !errors.Is(err, ErrNotSent) {
+		t.Fatalf("an empty call: %v, want ErrNotSent", err)
+	}
+}

@@ -1,0 +1,67 @@
+package fsm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/secret"
+)
+
+func TestClaimWaitFollowsClaimability(t *testing.T) {
+	h := newHarness(t)
+	q := mkQueue("q")
+	if ready, _ := h.f.ClaimWait(q.id, h.now); !ready {
+		t.Fatal("no queue: a claim answers at once")
+	}
+	h.createQueue(q, "c")
+	if ready, next := h.f.ClaimWait(q.id, h.now); ready || next != t0+day {
+		t.Fatalf("empty queue: ready %v next %d, want the deadline", ready, next)
+	}
+	h.enqueue(q, "j", "k", `1`)
+	if ready, _ := h.f.ClaimWait(q.id, h.now); !ready {
+		t.Fatal("a pending job is claimable")
+	}
+	h.claim(q, "r", 60)
+	if ready, next := h.f.ClaimWait(q.id, h.now); ready || next != h.now+60*sec {
+		t.Fatalf("claimed: ready %v next %d, want the window's end", ready, next)
+	}
+	if ready, _ := h.f.ClaimWait(q.id, h.now+60*sec); !ready {
+		t.Fatal("a claim whose window ended is claimable again")
+	}
+	h.releaseAfter(q, "j", "r", 120)
+	if ready, next := h.f.ClaimWait(q.id, h.now); ready || next != h.now+120*sec {
+		t.Fatalf("released with a delay: ready %v next %d", ready, next)
+	}
+	// The last attempt's window ending fails the job: nothing to wait for
+	// but the deadline.
+	h.advance(120 * time.Second)
+	for i := 0; i < 4; i++ {
+		h.claim(q, "r", 30)
+		h.advance(30 * time.Second)
+	}
+	if ready, next := h.f.ClaimWait(q.id, h.now); ready || next != t0+day {
+		t.Fatalf("failed job: ready %v next %d", ready, next)
+	}
+	if ready, _ := h.f.ClaimWait(q.id, t0+day); !ready {
+		t.Fatal("at the deadline a claim answers (not found)")
+	}
+}
+
+func TestLeaseWait(t *testing.T) {
+	h := newHarness(t)
+	id := secret.LeaseID("ns_test", "k")
+	if ready, _ := h.f.LeaseWait(id, h.now); !ready {
+		t.Fatal("no record: ready")
+	}
+	h.acquire("k", "f", "A", 60)
+	if ready, until := h.f.LeaseWait(id, h.now); ready || until != h.now+60*sec {
+		t.Fatalf("held: ready %v until %d", ready, until)
+	}
+	if ready, _ := h.f.LeaseWait(id, h.now+60*sec); !ready {
+		t.Fatal("expired: ready")
+	}
+	h.complete("k", "A", `1`)
+	if ready, _ := h.f.LeaseWait(id, h.now); !ready {
+		t.Fatal("completed: ready (an acquire answers the result)")
+	}
+}
