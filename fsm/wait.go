@@ -35,16 +35,25 @@ func (f *FSM) ClaimWait(id secret.ID, nodeNow int64) (ready bool, nextAt int64) 
 	return false, nextAt
 }
 
-// LeaseWait reports whether an acquire of the lease could be answered with
-// anything but "held" at nodeNow, and otherwise when the holder's lease
-// ends unless it is renewed.
-func (f *FSM) LeaseWait(id secret.Hash, nodeNow int64) (ready bool, heldUntil int64) {
+// AcquireWait reports whether the acquire c could be answered with
+// anything but "held" at nodeNow (granted, completed, conflict, the same
+// grant again); if not, held is the "held" answer it would get now, whose
+// LeaseExpiresAt is when the holder's lease ends unless it is renewed.
+func (f *FSM) AcquireWait(c *LeaseAcquire, nodeNow int64) (held LeaseResult, ready bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	now := f.st.readNow(nodeNow)
-	l := f.st.leases[id]
-	if l == nil || now >= l.absoluteExpiresAt || l.state != leaseHeld || l.leaseExpiresAt <= now {
-		return true, 0
+	l := f.st.leases[c.Lease]
+	if l == nil || now >= l.absoluteExpiresAt || !l.fingerprint.Equal(c.Fingerprint) ||
+		l.state != leaseHeld || l.leaseExpiresAt <= now || l.owner.Equal(c.Owner) {
+		return LeaseResult{}, true
 	}
-	return false, l.leaseExpiresAt
+	return LeaseResult{
+		Outcome:           LeaseHeld,
+		Now:               now,
+		FencingToken:      l.fencing,
+		LeaseExpiresAt:    l.leaseExpiresAt,
+		AbsoluteExpiresAt: l.absoluteExpiresAt,
+		RetryAfterSeconds: ceilSeconds(l.leaseExpiresAt - now),
+	}, false
 }

@@ -47,21 +47,34 @@ func TestClaimWaitFollowsClaimability(t *testing.T) {
 	}
 }
 
-func TestLeaseWait(t *testing.T) {
+func TestAcquireWaitAnswersLikeAcquire(t *testing.T) {
 	h := newHarness(t)
-	id := secret.LeaseID("ns_test", "k")
-	if ready, _ := h.f.LeaseWait(id, h.now); !ready {
+	ask := func(fp, owner string) *LeaseAcquire {
+		return &LeaseAcquire{Lease: secret.LeaseID("ns_test", "k"), Fingerprint: secret.FingerprintHash("ns_test", "k", fp), Owner: secret.OwnerTokenHash(owner), TTLSeconds: 60}
+	}
+	if _, ready := h.f.AcquireWait(ask("f", "B"), h.now); !ready {
 		t.Fatal("no record: ready")
 	}
-	h.acquire("k", "f", "A", 60)
-	if ready, until := h.f.LeaseWait(id, h.now); ready || until != h.now+60*sec {
-		t.Fatalf("held: ready %v until %d", ready, until)
+	g := h.acquire("k", "f", "A", 60)
+	h.advance(10 * time.Second)
+	held, ready := h.f.AcquireWait(ask("f", "B"), h.now)
+	if ready || held.Outcome != LeaseHeld || held.LeaseExpiresAt != g.LeaseExpiresAt || held.RetryAfterSeconds != 50 || held.FencingToken != g.FencingToken {
+		t.Fatalf("held: ready %v, %+v", ready, held)
 	}
-	if ready, _ := h.f.LeaseWait(id, h.now+60*sec); !ready {
+	// The probe's "held" is what an acquire answers.
+	c := ask("f", "B")
+	c.Now = h.now
+	wantLease(t, h.lease(c), held)
+	for name, c := range map[string]*LeaseAcquire{"another fingerprint": ask("other", "B"), "the holder's own request": ask("f", "A")} {
+		if _, ready := h.f.AcquireWait(c, h.now); !ready {
+			t.Errorf("%s: not ready, but an acquire answers at once", name)
+		}
+	}
+	if _, ready := h.f.AcquireWait(ask("f", "B"), g.LeaseExpiresAt); !ready {
 		t.Fatal("expired: ready")
 	}
 	h.complete("k", "A", `1`)
-	if ready, _ := h.f.LeaseWait(id, h.now); !ready {
+	if _, ready := h.f.AcquireWait(ask("f", "B"), h.now); !ready {
 		t.Fatal("completed: ready (an acquire answers the result)")
 	}
 }

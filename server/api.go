@@ -46,7 +46,8 @@ func (s *Server) restAcquire(c *gin.Context) {
 	if !bindJSON(c, apiBodyLimit, false, &in) {
 		return
 	}
-	ctx, cancel := s.requestContext(c)
+	wait, _ := waitSeconds(in.WaitSeconds, maxAcquireWaitSeconds)
+	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
 	s.acquireLease(ctx, in).write(c)
 }
@@ -120,7 +121,8 @@ func (s *Server) restClaim(c *gin.Context) {
 	if !bindJSON(c, apiBodyLimit, true, &in) {
 		return
 	}
-	ctx, cancel := s.requestContext(c)
+	wait, _ := waitSeconds(in.WaitSeconds, maxClaimWaitSeconds)
+	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
 	s.claim(ctx, a, in).write(c)
 }
@@ -172,7 +174,12 @@ func (s *Server) restRead(c *gin.Context) {
 	if !ok {
 		return
 	}
-	ctx, cancel := s.requestContext(c)
+	wait, bad := queryWaitSeconds(c)
+	if bad != nil {
+		bad.write(c)
+		return
+	}
+	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	s.readQueue(ctx, a, c.Param("job_id"), c.Query("stale") == "true").write(c)
+	s.readQueue(ctx, a, c.Param("job_id"), c.Query("stale") == "true", wait).write(c)
 }

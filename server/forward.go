@@ -23,6 +23,15 @@ const (
 	clientIPHeader = "X-Holdfast-Client-Ip"
 )
 
+// mayWait reports whether requests of the route may wait (wait_seconds).
+func mayWait(route string) bool {
+	switch route {
+	case APIPrefix + "/lease", APIPrefix + "/lease/acquire", APIPrefix + "/queue/:queue_id/claim", APIPrefix + "/queue/:queue_id/jobs/:job_id":
+		return true
+	}
+	return false
+}
+
 // hopHeaders are not copied across a proxy hop.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
@@ -280,6 +289,12 @@ func (s *Server) forward(c *gin.Context, leaderHTTP string) {
 		route:         c.FullPath(),
 	}
 	ctx, cancel := s.requestContext(c)
+	if mayWait(req.route) {
+		// The request may wait on the leader for up to its wait_seconds,
+		// which only the leader reads.
+		cancel()
+		ctx, cancel = s.waitingContext(c, maxAcquireWaitSeconds*time.Second)
+	}
 	if req.route == BackupPath {
 		// A backup streams through as it comes, for as long as the leader takes.
 		cancel()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/internal/secret"
@@ -29,6 +30,9 @@ type leaderOp struct {
 	ttl, visibility *int64
 	// read is set for a linearizable read of a queue or one of its jobs.
 	read *queueRead
+	// wait is how long a claim or an acquire may wait for a job or for the
+	// lease, or a job read for the job's outcome (0: answer at once).
+	wait time.Duration
 }
 
 // queueRead names what a read asks for.
@@ -67,87 +71,119 @@ func leadFor[T any](s *Server, ctx context.Context, op *leaderOp, what string, p
 // execute runs op on this node, which must be the ready leader.
 func (s *Server) execute(ctx context.Context, op *leaderOp) opResult {
 	if op.read != nil {
+		if op.wait > 0 && op.read.withJob {
+			return s.awaitJob(ctx, op.wait, op.read)
+		}
 		return s.executeRead(ctx, op.read)
 	}
+	if bad := s.prepare(op); bad != nil {
+		return opResult{refusal: bad}
+	}
+	if op.wait > 0 {
+		switch c := op.cmd.(type) {
+		case *fsm.JobClaim:
+			return s.waitClaim(ctx, op.wait, c)
+		case *fsm.LeaseAcquire:
+			return s.waitAcquire(ctx, op.wait, c)
+		}
+	}
+	return s.propose(ctx, op.cmd)
+}
+
+// prepare judges op's command against the applied settings and the
+// queue's token, and stamps it with the leader's clock.
+func (s *Server) prepare(op *leaderOp) *reply {
 	st := s.node.FSM().Settings()
 	now := s.node.Now()
 	switch c := op.cmd.(type) {
 	case *fsm.LeaseAcquire:
 		ttl, bad := ttlSeconds(op.ttl, st)
 		if bad != nil {
-			return opResult{refusal: bad}
+			return bad
 		}
 		c.Now, c.TTLSeconds = now, ttl
 	case *fsm.LeaseRenew:
 		ttl, bad := ttlSeconds(op.ttl, st)
 		if bad != nil {
-			return opResult{refusal: bad}
+			return bad
 		}
 		c.Now, c.TTLSeconds = now, ttl
 	case *fsm.LeaseRelease:
 		c.Now = now
 	case *fsm.LeaseComplete:
 		if int64(len(c.Result)) > st.MaxResultBytes {
-			return refused(tooLarge("result", fmt.Sprintf("must be at most %d bytes as canonical JSON after redaction (got %d)", st.MaxResultBytes, len(c.Result))))
+			r := tooLarge("result", fmt.Sprintf("must be at most %d bytes as canonical JSON after redaction (got %d)", st.MaxResultBytes, len(c.Result)))
+			return &r
 		}
 		c.Now = now
 	case *fsm.QueueCreate:
 		c.Now = now
 	case *fsm.JobEnqueue:
 		if int64(len(c.Payload)) > st.MaxPayloadBytes {
-			return refused(tooLarge("payload", fmt.Sprintf("must be at most %d bytes encoded (got %d)", st.MaxPayloadBytes, len(c.Payload))))
+			r := tooLarge("payload", fmt.Sprintf("must be at most %d bytes encoded (got %d)", st.MaxPayloadBytes, len(c.Payload)))
+			return &r
 		}
 		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWrite); r != nil {
-			return opResult{refusal: r}
+			return r
 		}
 		c.Now = now
 	case *fsm.JobClaim:
 		vis, bad := visibilitySeconds(op.visibility, st)
 		if bad != nil {
-			return opResult{refusal: bad}
+			return bad
 		}
 		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
-			return opResult{refusal: r}
+			return r
 		}
 		c.Now, c.VisibilitySeconds = now, vis
 	case *fsm.JobAck:
 		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
-			return opResult{refusal: r}
+			return r
 		}
 		c.Now = now
 	case *fsm.JobRelease:
 		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
-			return opResult{refusal: r}
+			return r
 		}
 		c.Now = now
 	case *fsm.JobRetry:
 		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWrite); r != nil {
-			return opResult{refusal: r}
+			return r
 		}
 		c.Now = now
 	case *fsm.JobRenew:
 		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
-			return opResult{refusal: r}
+			return r
 		}
 		vis, bad := visibilitySeconds(op.visibility, st)
 		if bad != nil {
-			return opResult{refusal: bad}
+			return bad
 		}
 		c.Now, c.VisibilitySeconds = now, vis
 	default:
-		return refused(errReply(http.StatusBadRequest, fmt.Sprintf("command type %d is not an API operation", op.cmd.Type()), nil))
+		r := errReply(http.StatusBadRequest, fmt.Sprintf("command type %d is not an API operation", op.cmd.Type()), nil)
+		return &r
 	}
-	res, err := s.node.Propose(ctx, op.cmd)
+	return nil
+}
+
+// propose commits cmd and wakes the waiters of what it changed.
+func (s *Server) propose(ctx context.Context, cmd fsm.Command) opResult {
+	res, err := s.node.Propose(ctx, cmd)
 	if err != nil {
 		return refused(clusterReply(err))
 	}
+	var out opResult
 	switch r := res.(type) {
 	case *fsm.LeaseResult:
-		return opResult{lease: r}
+		out = opResult{lease: r}
 	case *fsm.QueueResult:
-		return opResult{queue: r}
+		out = opResult{queue: r}
+	default:
+		return refused(errReply(http.StatusInternalServerError, fmt.Sprintf("unexpected state machine result %T", res), nil))
 	}
-	return refused(errReply(http.StatusInternalServerError, fmt.Sprintf("unexpected state machine result %T", res), nil))
+	s.notifyChange(cmd, out)
+	return out
 }
 
 func (s *Server) executeRead(ctx context.Context, q *queueRead) opResult {
@@ -222,6 +258,7 @@ func (op *leaderOp) encode(buf []byte) []byte {
 		encodeOptInt(e, op.visibility)
 		e.Blob(cmd)
 	}
+	e.Varint(op.wait.Milliseconds())
 	return e.Bytes()
 }
 
@@ -258,6 +295,10 @@ func decodeOp(b []byte) (*leaderOp, error) {
 		op.cmd = cmd
 	default:
 		d.Fail(fmt.Sprintf("unknown operation kind %d", kind))
+	}
+	op.wait = time.Duration(d.Varint()) * time.Millisecond
+	if op.wait < 0 || op.wait > maxAcquireWaitSeconds*time.Second {
+		d.Fail("wait out of range")
 	}
 	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errOpWire, err)

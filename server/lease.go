@@ -21,6 +21,7 @@ type LeaseAcquireInput struct {
 	TTLSeconds  *int64  `json:"ttl_seconds,omitempty" jsonschema:"lease length in seconds, 1 to 86400, default 60; capped at the key's 24-hour lifecycle end"`
 	Fingerprint *string `json:"fingerprint,omitempty" jsonschema:"binds the key to its input for the 24-hour lifecycle; another fingerprint gets status conflict"`
 	RequestID   *string `json:"request_id,omitempty" jsonschema:"your own secret naming this acquire (32 to 128 letters, digits, '-' or '_'): repeated while the grant holds, it answers the same owner token and fencing token"`
+	WaitSeconds *int64  `json:"wait_seconds,omitempty" jsonschema:"seconds to wait while the lease is held, 0 to 60, default 0: the longest waiter gets the lease (or the stored result) when it is released, expires or completes"`
 }
 
 // LeaseOwnerInput is the body of POST /lease/renew, /lease/release and
@@ -90,6 +91,10 @@ func (s *Server) acquireLease(ctx context.Context, in LeaseAcquireInput) reply {
 	if bad != nil {
 		return *bad
 	}
+	wait, bad := waitSeconds(in.WaitSeconds, maxAcquireWaitSeconds)
+	if bad != nil {
+		return *bad
+	}
 	var owner string
 	if in.RequestID != nil {
 		if !secret.ValidRequestID(*in.RequestID) {
@@ -102,7 +107,7 @@ func (s *Server) acquireLease(ctx context.Context, in LeaseAcquireInput) reply {
 			return errReply(http.StatusInternalServerError, "could not generate an owner token", nil)
 		}
 	}
-	r, rep := s.leadLease(ctx, &leaderOp{cmd: &fsm.LeaseAcquire{Lease: lease, Fingerprint: fp, Owner: secret.OwnerTokenHash(owner)}, ttl: in.TTLSeconds})
+	r, rep := s.leadLease(ctx, &leaderOp{cmd: &fsm.LeaseAcquire{Lease: lease, Fingerprint: fp, Owner: secret.OwnerTokenHash(owner)}, ttl: in.TTLSeconds, wait: wait})
 	if r == nil {
 		return rep
 	}

@@ -321,10 +321,14 @@ func (s *Server) serveLink(c *gin.Context) {
 // answerLinkCall runs one forwarded operation on this node, which must be
 // the leader: it never sends the operation on.
 func (s *Server) answerLinkCall(ctx context.Context, req []byte) []byte {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
 	var res opResult
 	op, err := decodeOp(req)
+	timeout := s.cfg.RequestTimeout
+	if err == nil {
+		timeout += op.wait
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	if err != nil {
 		res = refused(errReply(http.StatusBadRequest, "malformed forwarded operation", nil))
 	} else if local, _, bad := s.leaderTarget(ctx, true); bad != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -66,6 +67,9 @@ func (s *Server) routeMCP() {
 		MaxRequestBodyBytes: mcpBodyLimit,
 	})
 	serve := func(c *gin.Context) {
+		// A tool call may wait (wait_seconds): the answer may come after the
+		// listener's write timeout.
+		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout + maxAcquireWaitSeconds*time.Second + 5*time.Second))
 		ctx := context.WithValue(c.Request.Context(), mcpCallerKey{}, mcpCaller{clientIP: s.clientIP(c)})
 		h.ServeHTTP(c.Writer, c.Request.WithContext(ctx))
 	}
@@ -139,7 +143,10 @@ func (s *Server) toolHandler(t *toolDef) mcp.ToolHandler {
 		}
 		caller, _ := ctx.Value(mcpCallerKey{}).(mcpCaller)
 		call := &toolCall{args: args, body: body, clientIP: caller.clientIP}
-		ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		// A waiting tool call may take its wait_seconds more; the caller's
+		// cancellation (notifications/cancelled, or the connection closing)
+		// ends ctx, and with it the wait here or on the leader.
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout+time.Duration(args.waitSeconds())*time.Second)
 		defer cancel()
 		status, out := s.runTool(ctx, t, call)
 		return toolResult(status, out), nil
@@ -255,6 +262,16 @@ func (a toolArgs) str(name string) string {
 	var v string
 	if raw, ok := a[name]; ok {
 		_ = json.Unmarshal(raw, &v) // validated as a string already
+	}
+	return v
+}
+
+// waitSeconds returns the wait_seconds argument (0 when absent); the schema
+// has bounded it already.
+func (a toolArgs) waitSeconds() int64 {
+	var v int64
+	if raw, ok := a["wait_seconds"]; ok {
+		_ = json.Unmarshal(raw, &v)
 	}
 	return v
 }

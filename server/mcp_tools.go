@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/jsonschema-go/jsonschema"
@@ -128,7 +129,8 @@ func mcpTools() []*toolDef {
 		return argRoleToken("read_token", "SECRET read token of the queue (64 lowercase hex characters), from create_agent_queue.")
 	}
 
-	leaseBody := []string{"namespace", "key", "ttl_seconds", "fingerprint", "request_id", "owner_token", "result"}
+	leaseBody := []string{"namespace", "key", "ttl_seconds", "fingerprint", "request_id", "wait_seconds", "owner_token", "result"}
+	argWait := func(maxSeconds float64, desc string) toolArg { return intArg("wait_seconds", 0, maxSeconds, 0, desc) }
 	argRequestID := func(desc string) toolArg {
 		return strArg("request_id", false, requestIDPattern, secret.RequestIDRule, desc)
 	}
@@ -195,6 +197,7 @@ func mcpTools() []*toolDef {
 				argTTL("Lease length in seconds, 1 to 86400, default 60; never past absolute_expires_at (the returned ttl_seconds is the time actually granted)."),
 				textArg("fingerprint", false, 1, 512, "Binds the key to its input (e.g. a hash of the request) for the 24-hour lifecycle; another fingerprint gets status \"conflict\". Omitted counts as a value of its own. SECRET."),
 				argRequestID("Your own random SECRET naming this acquire, 32 to 128 letters, digits, '-' or '_' (e.g. a UUID). If the answer is lost, call again with the same request_id: while that grant holds the lease you get the same 201 (owner_token, fencing_token) instead of 409 held. Use a new one for every acquire meant as new."),
+				argWait(maxAcquireWaitSeconds, "Seconds to wait while someone else holds the lease, 0 to 60, default 0. Waiters get the lease in arrival order when it is released, expires or completes (201, a higher fencing_token, or 200 with the stored result); at the deadline the ordinary 409 held. Cancelling the call stops the wait."),
 			},
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/lease" }, body: leaseBody,
 			local: func(ctx context.Context, s *Server, c *toolCall) reply {
@@ -314,8 +317,9 @@ func mcpTools() []*toolDef {
 				workerToken(),
 				argVisibility("Seconds the claim hides the job from other workers, 30 to 900, default 60; capped at the queue's expiry."),
 				argRequestID("Your own random SECRET naming this claim, 32 to 128 letters, digits, '-' or '_' (e.g. a UUID). If the answer is lost, call again with the same request_id: while that claim is active you get the same job and receipt instead of the job staying hidden until its window ends. Use a new one for every claim meant as new."),
+				argWait(maxClaimWaitSeconds, "Seconds to wait for a job when none is available, 0 to 20, default 0: the call answers as soon as a job can be claimed (waiting calls are served in arrival order), or job: null at the deadline. Cancelling the call stops the wait."),
 			},
-			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"visibility_timeout", "request_id"},
+			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"visibility_timeout", "request_id", "wait_seconds"},
 			path: func(a toolArgs) string { return queuePath(a) + "/claim" },
 			local: func(ctx context.Context, s *Server, c *toolCall) reply {
 				a, bad := c.queueAuth("worker_token")
@@ -342,7 +346,7 @@ func mcpTools() []*toolDef {
 				if bad != nil {
 					return *bad
 				}
-				return s.readQueue(ctx, a, "", false)
+				return s.readQueue(ctx, a, "", false, 0)
 			},
 		},
 		{
@@ -351,15 +355,22 @@ func mcpTools() []*toolDef {
 			description: "Read one job: job_id, job_key, payload, status (pending, claimed, completed or failed), attempts and timestamps. Never reveals tokens or receipts. " +
 				"The read is linearizable. http_status 404 also when the job id is unknown in this queue." + queueErrors + resultNote,
 			readOnly: true, idempotent: true, destructive: false,
-			args:       []toolArg{argQueueID(), readToken(), argJobID()},
+			args: []toolArg{argQueueID(), readToken(), argJobID(),
+				argWait(maxReadWaitSeconds, "Seconds to wait for the job's outcome, 0 to 60, default 0: the call answers as soon as the job is completed or failed, or with its state at the deadline. Cancelling the call stops the wait.")},
 			leaderOnly: true, method: http.MethodGet, bearer: "read_token",
-			path: func(a toolArgs) string { return queuePath(a) + "/jobs/" + a.escapedID("job_id") },
+			path: func(a toolArgs) string {
+				p := queuePath(a) + "/jobs/" + a.escapedID("job_id")
+				if w := a.waitSeconds(); w > 0 {
+					p += "?wait_seconds=" + strconv.FormatInt(w, 10)
+				}
+				return p
+			},
 			local: func(ctx context.Context, s *Server, c *toolCall) reply {
 				a, bad := c.queueAuth("read_token")
 				if bad != nil {
 					return *bad
 				}
-				return s.readQueue(ctx, a, c.args.str("job_id"), false)
+				return s.readQueue(ctx, a, c.args.str("job_id"), false, time.Duration(c.args.waitSeconds())*time.Second)
 			},
 		},
 		{

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -23,6 +24,7 @@ type EnqueueInput struct {
 type ClaimInput struct {
 	VisibilityTimeout *int64  `json:"visibility_timeout,omitempty" jsonschema:"seconds the claim hides the job from other workers, 30 to 900, default 60; capped at the queue's expiry"`
 	RequestID         *string `json:"request_id,omitempty" jsonschema:"your own secret naming this claim (32 to 128 letters, digits, '-' or '_'): repeated while the claim is active, it answers the same job and receipt"`
+	WaitSeconds       *int64  `json:"wait_seconds,omitempty" jsonschema:"seconds to wait for a job when none is available, 0 to 20, default 0; waiting claims are served in arrival order"`
 }
 
 // ReceiptInput is the body of ack and release.
@@ -159,6 +161,10 @@ func (s *Server) enqueue(ctx context.Context, a queueAuth, in EnqueueInput) repl
 }
 
 func (s *Server) claim(ctx context.Context, a queueAuth, in ClaimInput) reply {
+	wait, bad := waitSeconds(in.WaitSeconds, maxClaimWaitSeconds)
+	if bad != nil {
+		return *bad
+	}
 	var receipt string
 	if in.RequestID != nil {
 		if !secret.ValidRequestID(*in.RequestID) {
@@ -172,7 +178,7 @@ func (s *Server) claim(ctx context.Context, a queueAuth, in ClaimInput) reply {
 		}
 	}
 	cmd := &fsm.JobClaim{Queue: a.queue, Token: a.token, Receipt: secret.ReceiptHash(receipt), ByRequest: in.RequestID != nil}
-	r, rep := s.leadQueue(ctx, &leaderOp{cmd: cmd, visibility: in.VisibilityTimeout})
+	r, rep := s.leadQueue(ctx, &leaderOp{cmd: cmd, visibility: in.VisibilityTimeout, wait: wait})
 	if r == nil {
 		return rep
 	}
@@ -260,8 +266,15 @@ func (s *Server) retryJob(ctx context.Context, a queueAuth, jobID string) reply 
 	return queueReply(r, nil)
 }
 
-// readQueue answers GET /queue/{id}: linearizable unless stale is set.
-func (s *Server) readQueue(ctx context.Context, a queueAuth, jobID string, stale bool) reply {
+// readQueue answers GET /queue/{id}: linearizable unless stale is set. A
+// job read may wait for the job's outcome.
+func (s *Server) readQueue(ctx context.Context, a queueAuth, jobID string, stale bool, wait time.Duration) reply {
+	switch {
+	case wait > 0 && jobID == "":
+		return invalid("wait_seconds", "only a job read can wait (GET /queue/{queue_id}/jobs/{job_id})")
+	case wait > 0 && stale:
+		return invalid("wait_seconds", "a stale read answers at once: leave out stale=true to wait")
+	}
 	var job secret.ID
 	if jobID != "" {
 		var bad *reply
@@ -276,7 +289,7 @@ func (s *Server) readQueue(ctx context.Context, a queueAuth, jobID string, stale
 		r = &res
 	} else {
 		var rep reply
-		if r, rep = s.leadQueue(ctx, &leaderOp{read: q}); r == nil {
+		if r, rep = s.leadQueue(ctx, &leaderOp{read: q, wait: wait}); r == nil {
 			return rep
 		}
 	}

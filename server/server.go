@@ -46,6 +46,7 @@ type Server struct {
 	metrics *metrics
 	limiter *rateLimiter
 	links   *linkManager
+	waits   *waitRooms
 }
 
 // New builds the router for cfg.Node.
@@ -68,7 +69,10 @@ func New(cfg Config) *Server {
 		log:   cfg.Logger.Named("http"),
 		proxy: cluster.PeerTransport(cfg.Node.Peer()),
 	}
-	s.proxy.ResponseHeaderTimeout = cfg.RequestTimeout + 5*time.Second
+	// A forwarded request may wait on the leader (long-poll claim, blocking
+	// acquire, awaited job): the longest wait is added.
+	s.proxy.ResponseHeaderTimeout = cfg.RequestTimeout + maxAcquireWaitSeconds*time.Second + 5*time.Second
+	s.waits = newWaitRooms()
 	s.metrics = newMetrics(cfg.Node)
 	s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
 	s.links = newLinkManager(s)

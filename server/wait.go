@@ -1,0 +1,369 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/secret"
+)
+
+// Waiting requests (a long-poll claim, a blocking acquire, a read that
+// awaits a job's outcome) wait on the leader, outside the state machine, for
+// at most their wait_seconds. Every write goes through the leader's execute,
+// which wakes the waiters of what it changed; what changes by time alone (a
+// lease or a claim window ending, a release's delay passing) each waiter
+// sleeps until itself, having asked the state when that is. Claims on a
+// queue and acquires of a key are served in arrival order: only the first
+// waiter tries, and the next one is woken when it leaves. A waiter costs a
+// goroutine blocked in a select and nothing else; when the leader's term
+// ends it answers at once that nothing was done.
+
+// Bounds of wait_seconds.
+const (
+	maxClaimWaitSeconds   = 20
+	maxAcquireWaitSeconds = 60
+	maxReadWaitSeconds    = 60
+	// waitRetryFloor keeps a waiter whose try lost a race (the state said
+	// it could succeed; another request got there first) from trying again
+	// sooner than this unless something it waits for changes.
+	waitRetryFloor = 20 * time.Millisecond
+)
+
+// waitKind names what a room's waiters wait for.
+type waitKind uint8
+
+const (
+	waitClaim waitKind = iota + 1 // a claimable job in a queue: first come, first served
+	waitLease                     // a lease key that is not held: first come, first served
+	waitJob                       // a job's outcome: every waiter is woken
+)
+
+type waitKey struct {
+	kind waitKind
+	id   [32]byte
+}
+
+func claimRoom(q secret.ID) waitKey {
+	k := waitKey{kind: waitClaim}
+	copy(k.id[:], q[:])
+	return k
+}
+
+func leaseRoom(l secret.Hash) waitKey { return waitKey{kind: waitLease, id: l} }
+
+func jobRoom(q, j secret.ID) waitKey {
+	k := waitKey{kind: waitJob}
+	copy(k.id[:16], q[:])
+	copy(k.id[16:], j[:])
+	return k
+}
+
+// waiter is one waiting request; wake holds at most one pending wake-up.
+type waiter struct{ wake chan struct{} }
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waitRooms holds the waiters of each room in arrival order.
+type waitRooms struct {
+	mu    sync.Mutex
+	rooms map[waitKey][]*waiter
+	count int
+}
+
+func newWaitRooms() *waitRooms { return &waitRooms{rooms: make(map[waitKey][]*waiter)} }
+
+func (r *waitRooms) join(k waitKey) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1)}
+	r.mu.Lock()
+	r.rooms[k] = append(r.rooms[k], w)
+	r.count++
+	r.mu.Unlock()
+	return w
+}
+
+// leave removes w; if it was first in a first-come room, the next waiter
+// is woken to take its turn.
+func (r *waitRooms) leave(k waitKey, w *waiter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := r.rooms[k]
+	for i, x := range ws {
+		if x != w {
+			continue
+		}
+		ws = append(ws[:i], ws[i+1:]...)
+		r.count--
+		if len(ws) == 0 {
+			delete(r.rooms, k)
+			return
+		}
+		r.rooms[k] = ws
+		if i == 0 && k.kind != waitJob {
+			ws[0].signal()
+		}
+		return
+	}
+}
+
+// first reports whether w is the longest-waiting of its room.
+func (r *waitRooms) first(k waitKey, w *waiter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := r.rooms[k]
+	return len(ws) > 0 && ws[0] == w
+}
+
+// notify wakes the first waiter of a first-come room, or every waiter of
+// a job's room.
+func (r *waitRooms) notify(k waitKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := r.rooms[k]
+	if len(ws) == 0 {
+		return
+	}
+	if k.kind != waitJob {
+		ws[0].signal()
+		return
+	}
+	for _, w := range ws {
+		w.signal()
+	}
+}
+
+// waiting is the number of requests waiting on this node.
+func (r *waitRooms) waiting() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
+}
+
+// notifyChange wakes the waiters of what a write applied on this leader
+// changed.
+func (s *Server) notifyChange(cmd fsm.Command, res opResult) {
+	switch c := cmd.(type) {
+	case *fsm.LeaseRelease:
+		if res.lease != nil && res.lease.Outcome == fsm.LeaseReleased {
+			s.waits.notify(leaseRoom(c.Lease))
+		}
+	case *fsm.LeaseComplete:
+		if res.lease != nil && res.lease.Outcome == fsm.LeaseCompleted {
+			s.waits.notify(leaseRoom(c.Lease))
+		}
+	case *fsm.JobEnqueue:
+		if res.queue != nil && res.queue.Outcome == fsm.JobCreated {
+			s.waits.notify(claimRoom(c.Queue))
+		}
+	case *fsm.JobRetry:
+		if res.queue != nil && res.queue.Outcome == fsm.JobRetried {
+			s.waits.notify(claimRoom(c.Queue))
+		}
+	case *fsm.JobRelease:
+		if res.queue != nil && res.queue.Outcome == fsm.JobReleased {
+			s.waits.notify(claimRoom(c.Queue))
+			s.waits.notify(jobRoom(c.Queue, c.Job)) // it may have failed
+		}
+	case *fsm.JobAck:
+		if res.queue != nil && res.queue.Outcome == fsm.JobAcked {
+			s.waits.notify(jobRoom(c.Queue, c.Job))
+		}
+	}
+}
+
+// turn is a first-come waiting request: probe says whether try can succeed
+// now and, if not, when that may change by time alone (Unix ms, 0 for
+// never); try runs the request once and says whether its answer is final;
+// expire is the answer at the deadline.
+type turn struct {
+	room   waitKey
+	probe  func(now int64) (ready bool, nextAt int64)
+	try    func() (opResult, bool)
+	expire func() opResult
+}
+
+// leadershipLost is the answer of a waiter whose node stopped leading.
+func leadershipLost() opResult {
+	return refused(retryLater("leadership moved while the request waited; nothing was changed, retry", "not_applied"))
+}
+
+// waitCancelled is the answer of a waiter whose caller went away.
+func waitCancelled() opResult {
+	return refused(retryLater("the request ended while it waited; nothing was changed", "not_applied"))
+}
+
+// awaitTurn waits for up to wait, on the ready leader, for t's turn.
+func (s *Server) awaitTurn(ctx context.Context, wait time.Duration, t turn) opResult {
+	deadline := s.node.Now() + wait.Milliseconds()
+	lost := s.node.LeadershipDone()
+	w := s.waits.join(t.room)
+	defer s.waits.leave(t.room, w)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var retryAt int64 // no try before this, after one that lost a race
+	for {
+		now := s.node.Now()
+		wakeAt := deadline
+		if s.waits.first(t.room, w) {
+			ready, nextAt := t.probe(now)
+			switch {
+			case ready && now >= retryAt:
+				if res, final := t.try(); final {
+					return res
+				}
+				retryAt = s.node.Now() + waitRetryFloor.Milliseconds()
+				continue
+			case ready:
+				wakeAt = min(wakeAt, retryAt)
+			case nextAt > 0:
+				wakeAt = min(wakeAt, nextAt)
+			}
+		}
+		if now >= deadline {
+			return t.expire()
+		}
+		timer.Reset(time.Duration(wakeAt-now) * time.Millisecond)
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return waitCancelled()
+		case <-lost:
+			return leadershipLost()
+		}
+	}
+}
+
+// waitClaim is a claim with wait_seconds: it takes the first job to become
+// claimable, or answers job: null at the deadline.
+func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobClaim) opResult {
+	f := s.node.FSM()
+	return s.awaitTurn(ctx, wait, turn{
+		room:  claimRoom(c.Queue),
+		probe: func(now int64) (bool, int64) { return f.ClaimWait(c.Queue, now) },
+		try: func() (opResult, bool) {
+			c.Now = s.node.Now()
+			res := s.propose(ctx, c)
+			return res, res.queue == nil || res.queue.Outcome != fsm.QueueEmpty
+		},
+		expire: func() opResult {
+			return opResult{queue: &fsm.QueueResult{Outcome: fsm.QueueEmpty, Now: s.node.Now()}}
+		},
+	})
+}
+
+// waitAcquire is an acquire with wait_seconds: while the lease is held it
+// waits; when the lease is released, expires or completes, the longest
+// waiter tries first.
+func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.LeaseAcquire) opResult {
+	f := s.node.FSM()
+	try := func() (opResult, bool) {
+		c.Now = s.node.Now()
+		res := s.propose(ctx, c)
+		return res, res.lease == nil || res.lease.Outcome != fsm.LeaseHeld
+	}
+	return s.awaitTurn(ctx, wait, turn{
+		room: leaseRoom(c.Lease),
+		probe: func(now int64) (bool, int64) {
+			held, ready := f.AcquireWait(c, now)
+			return ready, held.LeaseExpiresAt
+		},
+		try: try,
+		expire: func() opResult {
+			if held, ready := f.AcquireWait(c, s.node.Now()); !ready {
+				return opResult{lease: &held}
+			}
+			res, _ := try()
+			return res
+		},
+	})
+}
+
+// awaitJob is a job read with wait_seconds: it answers as soon as the job
+// is completed or failed (or the read fails), or its state at the deadline.
+func (s *Server) awaitJob(ctx context.Context, wait time.Duration, q *queueRead) opResult {
+	deadline := s.node.Now() + wait.Milliseconds()
+	lost := s.node.LeadershipDone()
+	room := jobRoom(q.queue, q.job)
+	w := s.waits.join(room)
+	defer s.waits.leave(room, w)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		res := s.executeRead(ctx, q)
+		now := s.node.Now()
+		if jobSettled(res) || now >= deadline {
+			return res
+		}
+		wakeAt := min(deadline, res.queue.Job.QueueExpiresAt)
+		if j := res.queue.Job; j.Status == fsm.JobClaimedStatus {
+			wakeAt = min(wakeAt, j.VisibleAt) // the claim may end in failure
+		}
+		timer.Reset(time.Duration(max(wakeAt-now, 1)) * time.Millisecond)
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return waitCancelled()
+		case <-lost:
+			return leadershipLost()
+		}
+	}
+}
+
+// jobSettled reports whether a job read is final for a waiting read: a
+// refusal, no such queue or job, or a completed or failed job.
+func jobSettled(r opResult) bool {
+	if r.queue == nil || r.queue.Outcome != fsm.QueueFound || r.queue.Job == nil {
+		return true
+	}
+	st := r.queue.Job.Status
+	return st == fsm.JobCompleted || st == fsm.JobFailed
+}
+
+// waitSeconds checks an optional wait_seconds against its bound.
+func waitSeconds(v *int64, maxSeconds int64) (time.Duration, *reply) {
+	if v == nil {
+		return 0, nil
+	}
+	if *v < 0 || *v > maxSeconds {
+		r := invalid("wait_seconds", fmt.Sprintf("must be an integer from 0 to %d", maxSeconds))
+		return 0, &r
+	}
+	return time.Duration(*v) * time.Second, nil
+}
+
+// queryWaitSeconds parses the wait_seconds query parameter of a read.
+func queryWaitSeconds(c *gin.Context) (time.Duration, *reply) {
+	raw, ok := c.GetQuery("wait_seconds")
+	if !ok {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		r := invalid("wait_seconds", fmt.Sprintf("must be an integer from 0 to %d", maxReadWaitSeconds))
+		return 0, &r
+	}
+	return waitSeconds(&v, maxReadWaitSeconds)
+}
+
+// waitingContext is the context of a request that may wait: the request
+// timeout plus the wait. It also moves the connection's write deadline past
+// the wait, so the HTTP server's write timeout does not cut the answer.
+func (s *Server) waitingContext(c *gin.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if wait > 0 {
+		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout + wait + 5*time.Second))
+	}
+	return context.WithTimeout(c.Request.Context(), s.cfg.RequestTimeout+wait)
+}
