@@ -43,6 +43,9 @@ type mcpCallerKey struct{}
 // that carried the call.
 type mcpCaller struct {
 	clientIP string
+	// request is the HTTP request's context: it ends when the client
+	// goes away, which the SDK's handler context does not learn.
+	request context.Context
 }
 
 // routeMCP registers the MCP endpoint. Only POST is routed: a stateless
@@ -70,7 +73,7 @@ func (s *Server) routeMCP() {
 		// A tool call may wait (wait_seconds): the answer may come after the
 		// listener's write timeout.
 		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout + maxAcquireWaitSeconds*time.Second + 5*time.Second))
-		ctx := context.WithValue(c.Request.Context(), mcpCallerKey{}, mcpCaller{clientIP: s.clientIP(c)})
+		ctx := context.WithValue(c.Request.Context(), mcpCallerKey{}, mcpCaller{clientIP: s.clientIP(c), request: c.Request.Context()})
 		h.ServeHTTP(c.Writer, c.Request.WithContext(ctx))
 	}
 	s.engine.POST(MCPPath, refuseCrossOrigin(), s.limit(), s.bufferBody(mcpBodyLimit), checkEnvelope(), serve)
@@ -148,6 +151,9 @@ func (s *Server) toolHandler(t *toolDef) mcp.ToolHandler {
 		// ends ctx, and with it the wait here or on the leader.
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout+time.Duration(args.waitSeconds())*time.Second)
 		defer cancel()
+		if caller.request != nil {
+			defer context.AfterFunc(caller.request, cancel)()
+		}
 		status, out := s.runTool(ctx, t, call)
 		return toolResult(status, out), nil
 	}

@@ -224,6 +224,7 @@ func TestMCP(t *testing.T) {
 	t.Run("tools", func(t *testing.T) { testToolList(t, cs) })
 	t.Run("lease flow", func(t *testing.T) { secrets = append(secrets, testLeaseFlow(t, cs)...) })
 	t.Run("queue flow", func(t *testing.T) { secrets = append(secrets, testQueueFlow(t, cs)...) })
+	t.Run("waiting calls", func(t *testing.T) { testWaitingCalls(t, cs) })
 	t.Run("protocol errors", func(t *testing.T) { testProtocolErrors(t, cs) })
 	t.Run("strict arguments", func(t *testing.T) { testStrictArguments(t, follower.url, nodes[0].url) })
 	t.Run("origin", func(t *testing.T) { testOrigin(t, follower.url) })
@@ -711,5 +712,63 @@ func testClientAddress(t *testing.T, url string) {
 	if resp.StatusCode != http.StatusCreated {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("a queue for 127.0.0.1 after 127.0.0.2 used its quota: %d %s", resp.StatusCode, b)
+	}
+}
+
+// testWaitingCalls: a waiting claim answers when a job arrives; one the
+// client cancels stops waiting and takes no job (through a follower, so the
+// cancellation crosses the peer link).
+func testWaitingCalls(t *testing.T, cs *mcp.ClientSession) {
+	q := call(t, cs, "create_agent_queue", nil, http.StatusCreated)
+	qid, w, k, rd := q.str("queue_id"), q.str("write_token"), q.str("worker_token"), q.str("read_token")
+	enqueue := func(key string) string {
+		return call(t, cs, "enqueue_agent_queue_job", map[string]any{"queue_id": qid, "write_token": w, "job_key": key, "payload": key}, http.StatusCreated).str("job_id")
+	}
+	claimArgs := map[string]any{"queue_id": qid, "worker_token": k, "wait_seconds": 20}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "claim_agent_queue_job", Arguments: claimArgs})
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("a cancelled waiting claim answered")
+	}
+	time.Sleep(500 * time.Millisecond) // the cancellation travels
+	first := enqueue("first")
+	c := call(t, cs, "claim_agent_queue_job", map[string]any{"queue_id": qid, "worker_token": k}, http.StatusOK).obj("job")
+	if c.str("job_id") != first || c.num("attempts") != 1 {
+		t.Fatalf("a claim after a cancelled wait: %v (the cancelled wait took the job?)", c)
+	}
+
+	done := make(chan result, 1)
+	go func() { done <- call(t, cs, "claim_agent_queue_job", claimArgs, http.StatusOK) }()
+	time.Sleep(300 * time.Millisecond)
+	second := enqueue("second")
+	select {
+	case r := <-done:
+		if r.obj("job").str("job_id") != second {
+			t.Fatalf("the waiting claim: %v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting claim did not answer within 10 s of the enqueue")
+	}
+	ack := map[string]any{"queue_id": qid, "worker_token": k, "job_id": first, "receipt": c.str("receipt")}
+	awaited := make(chan result, 1)
+	go func() {
+		awaited <- call(t, cs, "read_agent_queue_job", map[string]any{"queue_id": qid, "read_token": rd, "job_id": first, "wait_seconds": 20}, http.StatusOK)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	call(t, cs, "ack_agent_queue_job", ack, http.StatusOK)
+	select {
+	case r := <-awaited:
+		if r.obj("job").str("status") != "completed" {
+			t.Fatalf("the awaited job: %v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the awaited read did not answer within 10 s of the ack")
 	}
 }

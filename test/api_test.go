@@ -48,6 +48,7 @@ var apiScenarios = []apiScenario{
 	{"queue/request-ids", queueRequestIDs},
 	{"queue/long-poll-claim", queueLongPoll},
 	{"queue/await-outcome", queueAwaitOutcome},
+	{"wait/abandoned", waitAbandoned},
 	{"queue/roles", queueRoles},
 	{"queue/not-found", queueNotFound},
 	{"queue/job-limit", queueJobLimit},

@@ -181,3 +181,30 @@ func queueAwaitOutcome(t *testing.T, e *apiEnv, n *harness.Node) {
 	expectError(t, "a stale read with wait_seconds",
 		e.do(t, n, call{method: http.MethodGet, path: fmt.Sprintf("/queue/%s/jobs/%s?stale=true&wait_seconds=1", q.id, w.id), token: q.read}), http.StatusBadRequest, "wait_seconds", nil)
 }
+
+// waitAbandoned: a waiting claim or acquire whose caller goes away stops
+// waiting: it never takes the job or the lease for nobody.
+func waitAbandoned(t *testing.T, e *apiEnv, n *harness.Node) {
+	impatient, err := harness.NewSourceClient("127.0.0.1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := e.createQueue(t, n)
+	if a, err := e.trySend(t, impatient, n, call{method: http.MethodPost, path: "/queue/" + q.id + "/claim", token: q.worker, raw: []byte(`{"wait_seconds":20}`)}); err == nil {
+		t.Fatalf("a 20-second wait answered within the client's 1-second timeout: %s", a)
+	}
+	time.Sleep(500 * time.Millisecond) // the cancellation travels
+	id := checkEnqueued(t, "enqueue after the abandoned wait", e.enqueue(t, n, q, "abandoned", `1`), q, false, jobWant{key: "abandoned", payload: `1`, status: "pending"})
+	checkJobAnswer(t, "a claim after the abandoned wait", e.claim(t, n, q, `{}`), q,
+		jobWant{id: id, key: "abandoned", payload: `1`, status: "claimed", attempts: 1, receipt: true})
+
+	ns := e.newNamespace(t, n)
+	body := map[string]any{"namespace": ns, "key": "abandoned"}
+	g := checkGranted(t, "acquire", e.do(t, n, post("/lease", body)), 60)
+	if a, err := e.trySend(t, impatient, n, post("/lease", map[string]any{"namespace": ns, "key": "abandoned", "wait_seconds": 20})); err == nil {
+		t.Fatalf("a 20-second wait answered within the client's 1-second timeout: %s", a)
+	}
+	time.Sleep(500 * time.Millisecond)
+	checkReleased(t, "release", e.do(t, n, post("/lease/release", map[string]any{"namespace": ns, "key": "abandoned", "owner_token": g.owner})), g.fence)
+	checkGranted(t, "an acquire after the abandoned wait", e.do(t, n, post("/lease", body)), 60)
+}
