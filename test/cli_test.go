@@ -261,6 +261,11 @@ func cliLease(t *testing.T, cli *cliEnv) {
 	}
 	cli.secret(first["owner_token"].(string))
 	cli.want(3, e, "lease", "acquire", "--key", "report:2", "--request-id", strings.Repeat("f", 32))
+	start := time.Now()
+	cli.want(3, e, "lease", "acquire", "--key", "report:2", "--wait", "1") // waited, still held
+	if el := time.Since(start); el < 900*time.Millisecond {
+		t.Errorf("acquire --wait 1 answered after %v", el)
+	}
 	cli.want(1, e, "lease", "acquire", "--key", "report:2", "--request-id", "short")
 }
 
@@ -284,6 +289,12 @@ func cliQueue(t *testing.T, cli *cliEnv) {
 		t.Fatalf("claimed %v, enqueued %s", cl["job_id"], job)
 	}
 	cli.want(3, e, "queue", "claim") // empty: try later
+	start := time.Now()
+	cli.want(3, e, "queue", "claim", "--wait", "1") // waited, still empty
+	if el := time.Since(start); el < 900*time.Millisecond {
+		t.Errorf("claim --wait 1 answered after %v", el)
+	}
+	cli.want(1, e, "queue", "claim", "--wait", "21")
 	// Claims with a request id: the same one again answers the same claim.
 	r = cli.want(0, e, "queue", "enqueue", "--key", "report:44", "--payload", `44`, "--field", "job_id")
 	job3 := r.stdout

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/holdfast/holdfast/internal/client"
 )
@@ -49,9 +50,11 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		}
 		fingerprint := ""
 		var requestID *secretValue
+		wait := new(int)
 		if verb == "acquire" {
 			fs.StringVar(&fingerprint, "fingerprint", "", "what this work is for: a completed key answers its result only to the same fingerprint")
 			requestID = secretFlag(fs, "request-id", "HOLDFAST_REQUEST_ID", "request_id naming this acquire: the same one again, while its grant holds, answers that grant")
+			wait = fs.Int("wait", 0, "wait_seconds: wait up to this long while the lease is held, 0 to 60")
 		}
 		result := ""
 		if verb == "complete" {
@@ -82,6 +85,9 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		if fingerprint != "" {
 			body["fingerprint"] = fingerprint
 		}
+		if *wait != 0 {
+			body["wait_seconds"] = *wait
+		}
 		rid := ""
 		if requestID != nil {
 			if rid, err = requestID.get(); err != nil {
@@ -109,6 +115,7 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 			// The README's error table: an acquire with a fingerprint or a
 			// request id may be repeated after an unknown outcome.
 			Repeatable: verb == "acquire" && (fingerprint != "" || rid != ""),
+			Wait:       time.Duration(max(*wait, 0)) * time.Second,
 		}}.run(stdout, stderr)
 	}
 }

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/holdfast/holdfast/internal/client"
 )
@@ -171,6 +173,7 @@ func queueClaim(args []string, stdout, stderr io.Writer) int {
 	q := newQueueFlags("queue claim", workerRole, stderr)
 	vis := q.fs.Int("visibility", 0, "visibility_timeout in seconds (0: the server's default)")
 	requestID := secretFlag(q.fs, "request-id", "HOLDFAST_REQUEST_ID", "request_id naming this claim: the same one again, while its claim is active, answers that claim")
+	wait := q.fs.Int("wait", 0, "wait_seconds: wait up to this long for a job when none is available, 0 to 20")
 	if code, ok := parseFlags(q.fs, args); !ok {
 		return code
 	}
@@ -183,18 +186,22 @@ func queueClaim(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "queue claim", err)
 	}
 	// A claim with a request id may be repeated after an unknown outcome.
-	return q.send(stdout, stderr, client.Request{Method: http.MethodPost, Path: q.path("/claim"), Token: token, Body: claimBody(*vis, rid), Repeatable: rid != ""}, true)
+	return q.send(stdout, stderr, client.Request{Method: http.MethodPost, Path: q.path("/claim"), Token: token, Body: claimBody(*vis, rid, *wait),
+		Repeatable: rid != "", Wait: time.Duration(max(*wait, 0)) * time.Second}, true)
 }
 
-// claimBody is a claim's request body; visibility 0 and requestID "" are
-// left out.
-func claimBody(visibility int, requestID string) []byte {
+// claimBody is a claim's request body; visibility 0, requestID "" and
+// wait 0 are left out.
+func claimBody(visibility int, requestID string, wait int) []byte {
 	m := map[string]any{}
 	if visibility != 0 {
 		m["visibility_timeout"] = visibility
 	}
 	if requestID != "" {
 		m["request_id"] = requestID
+	}
+	if wait != 0 {
+		m["wait_seconds"] = wait
 	}
 	b, _ := json.Marshal(m)
 	return b
@@ -266,9 +273,14 @@ func queueGet(args []string, stdout, stderr io.Writer) int {
 func queueJob(args []string, stdout, stderr io.Writer) int {
 	q := newQueueFlags("queue job", readRole, stderr)
 	job := q.jobFlag()
+	wait := q.fs.Int("wait", 0, "wait_seconds: wait up to this long for the job to be completed or failed, 0 to 60")
 	token, code, ok := q.parseWithJob(args, job, stderr)
 	if !ok {
 		return code
 	}
-	return q.send(stdout, stderr, client.Request{Method: http.MethodGet, Path: q.path("/jobs/" + url.PathEscape(*job)), Token: token, Repeatable: true}, false)
+	path := q.path("/jobs/" + url.PathEscape(*job))
+	if *wait != 0 {
+		path += "?wait_seconds=" + strconv.Itoa(*wait)
+	}
+	return q.send(stdout, stderr, client.Request{Method: http.MethodGet, Path: path, Token: token, Repeatable: true, Wait: time.Duration(max(*wait, 0)) * time.Second}, false)
 }

@@ -20,7 +20,8 @@ import (
 
 const execUsage = `Usage: holdfast exec --namespace NS --key KEY [flags] -- CMD [ARGS...]
 
-Acquires the lease KEY (waiting up to --wait while another owner holds it), runs CMD with
+Acquires the lease KEY (waiting up to --wait while another owner holds it: the server passes
+the lease to the longest waiter when it is released or expires), runs CMD with
 HOLDFAST_FENCING_TOKEN and HOLDFAST_LEASE_EXPIRES_AT in its environment and renews the lease
 every third of its TTL. If the lease is lost (a renewal answers lost, or the lease would expire
 before a renewal succeeds) CMD gets SIGTERM, then SIGKILL after --grace, and exec exits 5.
@@ -30,6 +31,9 @@ and exits 0 without running CMD. Signals sent to exec are passed on to CMD's pro
 
 Flags:
 `
+
+// maxAcquireWait is the longest wait_seconds an acquire may ask for.
+const maxAcquireWait = 60 * time.Second
 
 // execLease is what exec needs from a grant or a renewal.
 type execLease struct {
@@ -112,8 +116,8 @@ func (r *execRun) body(extra map[string]any) ([]byte, error) {
 	return marshalBody(m)
 }
 
-// post sends one lease call.
-func (r *execRun) post(ctx context.Context, verb string, extra map[string]any, repeatable bool) (*client.Response, error) {
+// post sends one lease call; wait is the server-side wait it asks for.
+func (r *execRun) post(ctx context.Context, verb string, extra map[string]any, repeatable bool, wait time.Duration) (*client.Response, error) {
 	b, err := r.body(extra)
 	if err != nil {
 		return nil, err
@@ -122,7 +126,36 @@ func (r *execRun) post(ctx context.Context, verb string, extra map[string]any, r
 	if verb != "acquire" {
 		path += "/" + verb
 	}
-	return r.cl.Do(ctx, client.Request{Method: http.MethodPost, Path: path, Body: b, Repeatable: repeatable})
+	return r.cl.Do(ctx, client.Request{Method: http.MethodPost, Path: path, Body: b, Repeatable: repeatable, Wait: wait})
+}
+
+// acquireOnce sends one acquire that waits on the server for up to wait
+// while the lease is held; a signal cancels it.
+func (r *execRun) acquireOnce(extra map[string]any, wait time.Duration, sigs <-chan os.Signal) (*client.Response, os.Signal, error) {
+	if wait > 0 {
+		extra["wait_seconds"] = int64(wait / time.Second)
+	} else {
+		delete(extra, "wait_seconds")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type answer struct {
+		resp *client.Response
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := r.post(ctx, "acquire", extra, true, wait)
+		done <- answer{resp, err}
+	}()
+	select {
+	case a := <-done:
+		return a.resp, nil, a.err
+	case s := <-sigs:
+		cancel()
+		<-done
+		return nil, s, nil
+	}
 }
 
 func (r *execRun) run(argv []string) int {
@@ -187,7 +220,14 @@ func (r *execRun) acquire(sigs <-chan os.Signal) (execLease, int, bool) {
 	}
 	extra["request_id"] = rid
 	for {
-		resp, err := r.post(context.Background(), "acquire", extra, true)
+		// The server holds the acquire while the lease is held (a blocking
+		// acquire, first come first served), for what --wait leaves.
+		wait := min(time.Until(deadline).Truncate(time.Second), maxAcquireWait)
+		resp, sig, err := r.acquireOnce(extra, wait, sigs)
+		if sig != nil {
+			fmt.Fprintf(r.stderr, "holdfast exec: %v while waiting for the lease\n", sig)
+			return execLease{}, 128 + int(sig.(syscall.Signal)), true
+		}
 		if err != nil {
 			return execLease{}, errExit(r.stderr, "exec", err), true
 		}
@@ -207,12 +247,15 @@ func (r *execRun) acquire(sigs <-chan os.Signal) (execLease, int, bool) {
 		case exitFor(resp) != exitLater:
 			return execLease{}, printAnswer(io.Discard, r.stderr, "exec", "", false, resp), true
 		}
-		// Held, rate limited or no leader: ask again after the answer's
-		// Retry-After (for a held lease, the rest of its TTL), while --wait
-		// allows.
+		// Held after the server's wait, rate limited or no leader: ask
+		// again while --wait allows; after a refusal, once its Retry-After
+		// has passed.
 		left := time.Until(deadline)
 		if left <= 0 {
 			return execLease{}, printAnswer(io.Discard, r.stderr, "exec", "", false, resp), true
+		}
+		if wait > 0 && resp.Status == http.StatusConflict {
+			continue
 		}
 		pause := min(max(resp.RetryAfter(), 200*time.Millisecond), left)
 		t := time.NewTimer(pause)
@@ -231,7 +274,7 @@ func (r *execRun) keep(ctx context.Context, lease execLease, lost chan<- string)
 	extra := map[string]any{"owner_token": lease.OwnerToken, "ttl_seconds": int64(r.ttl / time.Second)}
 	first := min(r.ttl, time.Duration(lease.TTLSeconds)*time.Second)
 	why := keepAlive(ctx, r.ttl, first, func(ctx context.Context) renewal {
-		resp, err := r.post(ctx, "renew", extra, false)
+		resp, err := r.post(ctx, "renew", extra, false, 0)
 		switch {
 		case err != nil:
 			return renewal{}
@@ -251,7 +294,7 @@ func (r *execRun) keep(ctx context.Context, lease execLease, lost chan<- string)
 func (r *execRun) release(owner string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := r.post(ctx, "release", map[string]any{"owner_token": owner}, false)
+	resp, err := r.post(ctx, "release", map[string]any{"owner_token": owner}, false, 0)
 	if err != nil || !resp.OK() {
 		fmt.Fprintln(r.stderr, "holdfast exec: the lease was not released; it ends with its TTL")
 	}
@@ -267,10 +310,10 @@ func (r *execRun) complete(owner string, stdout []byte) int {
 			fmt.Fprintln(r.stderr, `holdfast exec: the command's stdout is not one JSON value: storing {"exit_code":0}`)
 		}
 	}
-	resp, err := r.post(context.Background(), "complete", map[string]any{"owner_token": owner, "result": result}, false)
+	resp, err := r.post(context.Background(), "complete", map[string]any{"owner_token": owner, "result": result}, false, 0)
 	if err == nil && resp.Status == http.StatusRequestEntityTooLarge && r.result == "stdout" {
 		fmt.Fprintln(r.stderr, `holdfast exec: the command's stdout is over the result limit: storing {"exit_code":0}`)
-		resp, err = r.post(context.Background(), "complete", map[string]any{"owner_token": owner, "result": json.RawMessage(`{"exit_code":0}`)}, false)
+		resp, err = r.post(context.Background(), "complete", map[string]any{"owner_token": owner, "result": json.RawMessage(`{"exit_code":0}`)}, false, 0)
 	}
 	if err != nil {
 		return errExit(r.stderr, "exec", err)

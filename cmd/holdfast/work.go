@@ -27,7 +27,8 @@ per job: the payload on its stdin, HOLDFAST_JOB_ID, HOLDFAST_JOB_KEY, HOLDFAST_A
 HOLDFAST_QUEUE_ID in its environment. The claim is renewed every third of its visibility
 window while CMD runs; exit 0 acks the job, any other status releases it for another attempt.
 If the claim is lost, CMD gets SIGTERM (SIGKILL after --grace) and the job is left to be
-delivered again. An empty queue is polled with a growing pause up to --idle-max.
+delivered again. Each claim waits on the server up to --wait seconds for a job (a long poll);
+with --wait 0 an empty queue is polled with a growing pause up to --idle-max.
 SIGTERM or SIGINT stops claiming and lets running jobs finish for up to --grace (a second
 signal: at once); jobs still running then are stopped and released.
 
@@ -40,6 +41,7 @@ type workRun struct {
 	queue      string
 	token      string
 	visibility int
+	waitSecs   int
 	maxJobs    int64
 	grace      time.Duration
 	idleMax    time.Duration
@@ -47,8 +49,10 @@ type workRun struct {
 	stdout     io.Writer
 	stderr     io.Writer
 
-	started  atomic.Int64  // claims made, for --max-jobs
-	stopping chan struct{} // closed: claim no more
+	started  atomic.Int64    // claims made, for --max-jobs
+	stopping chan struct{}   // closed: claim no more
+	claims   context.Context // ends when stopping closes: a waiting claim stops
+	noClaims context.CancelFunc
 	stopOnce sync.Once
 	hard     chan struct{} // closed: stop running jobs now
 	hardOnce sync.Once
@@ -77,6 +81,7 @@ func workCommand(args []string, stdout, stderr io.Writer) int {
 	token := secretFlag(fs, "token", workerRole.env(), "the queue's worker token")
 	conc := fs.Int("concurrency", 1, "jobs run at the same time")
 	fs.IntVar(&w.visibility, "visibility", 60, "visibility_timeout of each claim, in seconds")
+	fs.IntVar(&w.waitSecs, "wait", 20, "wait_seconds of each claim: how long it waits on the server for a job, 0 to 20")
 	fs.Int64Var(&w.maxJobs, "max-jobs", 0, "exit after this many jobs (0: run until a signal)")
 	fs.DurationVar(&w.grace, "grace", 30*time.Second, "on SIGTERM, how long running jobs may finish")
 	fs.DurationVar(&w.idleMax, "idle-max", 5*time.Second, "longest pause between claims while the queue is empty")
@@ -97,6 +102,8 @@ func workCommand(args []string, stdout, stderr io.Writer) int {
 		err = errors.New("--concurrency must be 1 to 256")
 	case w.maxJobs < 0 || w.idleMax < 100*time.Millisecond:
 		err = errors.New("--max-jobs must be 0 or more and --idle-max at least 100ms")
+	case w.waitSecs < 0 || w.waitSecs > 20:
+		err = errors.New("--wait must be 0 to 20 seconds")
 	}
 	if err == nil {
 		w.token, err = token.need("token")
@@ -108,6 +115,8 @@ func workCommand(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "work", err)
 	}
 	defer w.cl.CloseIdle()
+	w.claims, w.noClaims = context.WithCancel(context.Background())
+	defer w.noClaims()
 	return w.run(*conc)
 }
 
@@ -152,7 +161,12 @@ func (w *workRun) run(conc int) int {
 	}
 }
 
-func (w *workRun) stop() { w.stopOnce.Do(func() { close(w.stopping) }) }
+func (w *workRun) stop() {
+	w.stopOnce.Do(func() {
+		close(w.stopping)
+		w.noClaims()
+	})
+}
 
 func (w *workRun) logf(format string, args ...any) {
 	w.logMu.Lock()
@@ -178,7 +192,7 @@ func (w *workRun) loop() {
 			w.stop()
 			return
 		}
-		job, retry := w.claim()
+		job, retry, waited := w.claim()
 		if job == nil {
 			if w.maxJobs > 0 {
 				w.started.Add(-1)
@@ -187,6 +201,10 @@ func (w *workRun) loop() {
 				w.fatal.Store(true)
 				w.stop()
 				return
+			}
+			if waited {
+				pause = minPause
+				continue // the server waited for a job: ask again at once
 			}
 			// An empty queue or a failed claim: wait, longer each time, with
 			// jitter so that many workers do not poll in step.
@@ -207,38 +225,43 @@ func (w *workRun) loop() {
 }
 
 // claim asks for a job: nil with retry when there is none now or the call
-// failed for a while, nil without retry when it can never succeed.
-func (w *workRun) claim() (*claimed, bool) {
+// failed for a while, nil without retry when it can never succeed; waited
+// says the server held the claim for its wait before answering job: null.
+func (w *workRun) claim() (job *claimed, retry, waited bool) {
 	// A request id of its own makes the claim safe to repeat: a claim whose
 	// answer was lost is answered again instead of hiding its job.
 	rid, err := secret.NewRequestID()
 	if err != nil {
 		w.logf("claim: %v", err)
-		return nil, true
+		return nil, true, false
 	}
-	resp, err := w.cl.Do(context.Background(), client.Request{
-		Method: http.MethodPost, Path: w.path("/claim"), Token: w.token, Body: claimBody(w.visibility, rid), Repeatable: true,
+	wait := time.Duration(w.waitSecs) * time.Second
+	resp, err := w.cl.Do(w.claims, client.Request{
+		Method: http.MethodPost, Path: w.path("/claim"), Token: w.token, Body: claimBody(w.visibility, rid, w.waitSecs),
+		Repeatable: true, Wait: wait,
 	})
 	if err != nil {
-		w.logf("claim: %v", err)
-		return nil, true
+		if w.claims.Err() == nil {
+			w.logf("claim: %v", err)
+		}
+		return nil, true, false
 	}
 	if !resp.OK() {
 		w.logf("claim: HTTP %d: %s", resp.Status, resp.ErrorMessage())
-		return nil, exitFor(resp) == exitLater
+		return nil, exitFor(resp) == exitLater, false
 	}
 	var a struct {
 		Job *claimed `json:"job"`
 	}
 	if json.Unmarshal(resp.Body, &a) != nil {
 		w.logf("claim: an answer that is not a claim")
-		return nil, true
+		return nil, true, false
 	}
 	if a.Job != nil && (a.Job.JobID == "" || a.Job.Receipt == "") {
 		w.logf("claim: a job without an id or receipt")
-		return nil, true
+		return nil, true, false
 	}
-	return a.Job, true
+	return a.Job, true, wait > 0
 }
 
 // handle runs the command for one job and settles it.

@@ -211,6 +211,9 @@ type Request struct {
 	// MaxBody bounds the answer's size in bytes (0: 4 MiB); a larger answer
 	// is an error, never silently cut.
 	MaxBody int64
+	// Wait is how long the server may hold the request before answering
+	// (its wait_seconds); it is added to the call's timeout.
+	Wait time.Duration
 }
 
 // Response is a node's answer.
@@ -281,7 +284,7 @@ var ErrUnknown = errors.New("outcome unknown: the request may have taken effect"
 // one, else the last error. An error wrapping ErrUnknown means the request
 // may have taken effect.
 func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+req.Wait)
 	defer cancel()
 	var (
 		last    *Response
