@@ -25,15 +25,19 @@ const (
 	proposalWithdrawn
 )
 
+// proposal is one or more encoded commands that must be applied together,
+// in order, in one entry (a hand-over: a release and the acquire of the
+// key's longest waiter).
 type proposal struct {
-	data  []byte
+	parts [][]byte
 	state atomic.Int32
 	done  chan proposalResult
 }
 
+// proposalResult holds one result per part, or the error of them all.
 type proposalResult struct {
-	resp interface{}
-	err  error
+	resps []interface{}
+	err   error
 }
 
 // flush runs the flusher until shutdown.
@@ -42,20 +46,23 @@ func (n *Node) flush() {
 	enc := make([][]byte, 0, maxBatch)
 	for {
 		batch, enc = batch[:0], enc[:0]
+		parts := 0
 		select {
 		case <-n.shutdownCh:
 			return
 		case p := <-n.proposeCh:
 			if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
 				batch = append(batch, p)
+				parts += len(p.parts)
 			}
 		}
 	drain:
-		for len(batch) < maxBatch {
+		for parts < maxBatch {
 			select {
 			case p := <-n.proposeCh:
 				if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
 					batch = append(batch, p)
+					parts += len(p.parts)
 				}
 			default:
 				break drain
@@ -65,20 +72,21 @@ func (n *Node) flush() {
 			continue
 		}
 		var data []byte
-		if len(batch) == 1 {
-			data = batch[0].data
+		if parts == 1 {
+			data = batch[0].parts[0]
 		} else {
 			for _, p := range batch {
-				enc = append(enc, p.data)
+				enc = append(enc, p.parts...)
 			}
 			data = fsm.EncodeBatch(enc)
 		}
-		n.commit(batch, data)
+		n.commit(batch, parts, data)
 	}
 }
 
-// commit applies one entry and hands each proposal its result.
-func (n *Node) commit(batch []*proposal, data []byte) {
+// commit applies one entry of parts commands and hands each proposal its
+// results.
+func (n *Node) commit(batch []*proposal, parts int, data []byte) {
 	f := n.raft.Apply(data, n.cfg.ProposeTimeout)
 	if err := f.Error(); err != nil {
 		mapped := n.proposalError(err)
@@ -88,19 +96,21 @@ func (n *Node) commit(batch []*proposal, data []byte) {
 		return
 	}
 	resp := f.Response()
-	if len(batch) == 1 {
-		batch[0].done <- proposalResult{resp: resp}
+	if parts == 1 {
+		batch[0].done <- proposalResult{resps: []interface{}{resp}}
 		return
 	}
 	br, ok := resp.(*fsm.BatchResult)
-	if !ok || len(br.Results) != len(batch) {
+	if !ok || len(br.Results) != parts {
 		err := fmt.Errorf("%w: batch applied with an unexpected result %T", ErrOutcomeUnknown, resp)
 		for _, p := range batch {
 			p.done <- proposalResult{err: err}
 		}
 		return
 	}
-	for i, p := range batch {
-		p.done <- proposalResult{resp: br.Results[i]}
+	at := 0
+	for _, p := range batch {
+		p.done <- proposalResult{resps: br.Results[at : at+len(p.parts)]}
+		at += len(p.parts)
 	}
 }

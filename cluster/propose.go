@@ -32,6 +32,17 @@ var (
 // lost, the deadline passed or the node shut down after the entry may have
 // reached the log.
 func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error) {
+	rs, err := n.ProposeAll(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return rs[0], nil
+}
+
+// ProposeAll is Propose for commands that must be applied together and in
+// order, in one log entry: all of them, or (on an error) none that the
+// caller learns of. It returns one result per command.
+func (n *Node) ProposeAll(ctx context.Context, cmds ...fsm.Command) ([]interface{}, error) {
 	if n.raft.State() != raft.Leader {
 		n.counters.proposal("not_leader")
 		return nil, ErrNotLeader
@@ -41,14 +52,21 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error
 		return nil, ErrClockSkew
 	}
 	if plantedEarlyAck {
-		return n.fsm.ApplyCommand(cmd), nil
+		rs := make([]interface{}, len(cmds))
+		for i, c := range cmds {
+			rs[i] = n.fsm.ApplyCommand(c)
+		}
+		return rs, nil
 	}
 	if d, ok := ctx.Deadline(); !ok || time.Until(d) > n.cfg.ProposeTimeout {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.ProposeTimeout)
 		defer cancel()
 	}
-	p := &proposal{data: fsm.Encode(cmd), done: make(chan proposalResult, 1)}
+	p := &proposal{parts: make([][]byte, len(cmds)), done: make(chan proposalResult, 1)}
+	for i, c := range cmds {
+		p.parts[i] = fsm.Encode(c)
+	}
 	select {
 	case n.proposeCh <- p:
 	case <-ctx.Done():
@@ -62,8 +80,10 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error
 		if r.err != nil {
 			return nil, r.err
 		}
-		n.counters.proposal("applied")
-		return r.resp, nil
+		for range cmds {
+			n.counters.proposal("applied")
+		}
+		return r.resps, nil
 	case <-ctx.Done():
 		return nil, n.giveUp(p, ErrBusy, ctx.Err())
 	case <-n.shutdownCh:

@@ -87,7 +87,7 @@ func (s *Server) execute(ctx context.Context, op *leaderOp) opResult {
 			return s.waitAcquire(ctx, op.wait, c)
 		}
 	}
-	return s.propose(ctx, op.cmd)
+	return s.proposeWithHandover(ctx, op.cmd)
 }
 
 // prepare judges op's command against the applied settings and the
@@ -173,17 +173,20 @@ func (s *Server) propose(ctx context.Context, cmd fsm.Command) opResult {
 	if err != nil {
 		return refused(clusterReply(err))
 	}
-	var out opResult
-	switch r := res.(type) {
-	case *fsm.LeaseResult:
-		out = opResult{lease: r}
-	case *fsm.QueueResult:
-		out = opResult{queue: r}
-	default:
-		return refused(errReply(http.StatusInternalServerError, fmt.Sprintf("unexpected state machine result %T", res), nil))
-	}
+	out := typedResult(res)
 	s.notifyChange(cmd, out)
 	return out
+}
+
+// typedResult wraps a state machine result of an API command.
+func typedResult(res interface{}) opResult {
+	switch r := res.(type) {
+	case *fsm.LeaseResult:
+		return opResult{lease: r}
+	case *fsm.QueueResult:
+		return opResult{queue: r}
+	}
+	return refused(errReply(http.StatusInternalServerError, fmt.Sprintf("unexpected state machine result %T", res), nil))
 }
 
 func (s *Server) executeRead(ctx context.Context, q *queueRead) opResult {

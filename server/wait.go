@@ -66,7 +66,27 @@ func jobRoom(q, j secret.ID) waitKey {
 }
 
 // waiter is one waiting request; wake holds at most one pending wake-up.
-type waiter struct{ wake chan struct{} }
+// A claim or an acquire also gives next, its command stamped anew, so that
+// the write that frees what it waits for can carry it along in the same
+// log entry (a hand-over); handed then brings the result.
+type waiter struct {
+	wake   chan struct{}
+	next   func(now int64) fsm.Command
+	handed chan opResult
+	// reserved (guarded by waitRooms.mu) marks the waiter's command in
+	// flight: carried by a hand-over, whose result will come on handed (so
+	// the waiter neither tries nor leaves meanwhile), or its own try (so no
+	// hand-over carries it twice).
+	reserved bool
+}
+
+// deliver hands the waiter the result of a hand-over.
+func (w *waiter) deliver(r opResult) {
+	select {
+	case w.handed <- r:
+	default:
+	}
+}
 
 func (w *waiter) signal() {
 	select {
@@ -84,8 +104,8 @@ type waitRooms struct {
 
 func newWaitRooms() *waitRooms { return &waitRooms{rooms: make(map[waitKey][]*waiter)} }
 
-func (r *waitRooms) join(k waitKey) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1)}
+func (r *waitRooms) join(k waitKey, next func(now int64) fsm.Command) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1), next: next, handed: make(chan opResult, 1)}
 	r.mu.Lock()
 	r.rooms[k] = append(r.rooms[k], w)
 	r.count++
@@ -93,11 +113,27 @@ func (r *waitRooms) join(k waitKey) *waiter {
 	return w
 }
 
-// leave removes w; if it was first in a first-come room, the next waiter
-// is woken to take its turn.
+// leave removes w; if it was first in a first-come room, the next one is
+// woken to take its turn. Leaving twice is leaving once.
 func (r *waitRooms) leave(k waitKey, w *waiter) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.remove(k, w)
+}
+
+// leaveIfFree removes w unless its command is in flight.
+func (r *waitRooms) leaveIfFree(k waitKey, w *waiter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.reserved {
+		return false
+	}
+	r.remove(k, w)
+	return true
+}
+
+// remove is leave with r.mu held.
+func (r *waitRooms) remove(k waitKey, w *waiter) {
 	ws := r.rooms[k]
 	for i, x := range ws {
 		if x != w {
@@ -115,6 +151,46 @@ func (r *waitRooms) leave(k waitKey, w *waiter) {
 		}
 		return
 	}
+}
+
+// reserveHead reserves the longest waiter of a first-come room for a
+// hand-over, if it can take one; skip passes over that many waiters first
+// (only a planted bug asks for another than the first).
+func (r *waitRooms) reserveHead(k waitKey, skip int) *waiter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := r.rooms[k]
+	if len(ws) <= skip || ws[skip].next == nil || ws[skip].reserved {
+		return nil
+	}
+	ws[skip].reserved = true
+	return ws[skip]
+}
+
+// reserve marks w's own try in flight, so that no hand-over carries it at
+// the same time; false if a hand-over already does.
+func (r *waitRooms) reserve(w *waiter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.reserved {
+		return false
+	}
+	w.reserved = true
+	return true
+}
+
+// isReserved reports whether a hand-over is in flight for w.
+func (r *waitRooms) isReserved(w *waiter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return w.reserved
+}
+
+// unreserve ends w's hand-over.
+func (r *waitRooms) unreserve(w *waiter) {
+	r.mu.Lock()
+	w.reserved = false
+	r.mu.Unlock()
 }
 
 // first reports whether w is the longest-waiting of its room.
@@ -184,13 +260,64 @@ func (s *Server) notifyChange(cmd fsm.Command, res opResult) {
 
 // turn is a first-come waiting request: probe says whether try can succeed
 // now and, if not, when that may change by time alone (Unix ms, 0 for
-// never); try runs the request once and says whether its answer is final;
-// expire is the answer at the deadline.
+// never); try runs the request once and says whether its answer is final,
+// as final says of a hand-over's result; next is the command a hand-over
+// carries; expire is the answer at the deadline.
 type turn struct {
 	room   waitKey
 	probe  func(now int64) (ready bool, nextAt int64)
 	try    func() (opResult, bool)
+	final  func(opResult) bool
+	next   func(now int64) fsm.Command
 	expire func() opResult
+}
+
+// handoverRoom names the first-come room whose longest waiter a write can
+// carry along in its entry: a release or completion of a lease for its
+// acquirers, a job that becomes claimable at once for its queue's claims.
+func handoverRoom(cmd fsm.Command) (waitKey, bool) {
+	switch c := cmd.(type) {
+	case *fsm.LeaseRelease:
+		return leaseRoom(c.Lease), true
+	case *fsm.LeaseComplete:
+		return leaseRoom(c.Lease), true
+	case *fsm.JobEnqueue:
+		return claimRoom(c.Queue), true
+	case *fsm.JobRetry:
+		return claimRoom(c.Queue), true
+	case *fsm.JobRelease:
+		return claimRoom(c.Queue), c.DelaySeconds == 0
+	}
+	return waitKey{}, false
+}
+
+// proposeWithHandover commits cmd; when the room cmd frees has a waiter,
+// that waiter's own command goes in the same entry, right after cmd, and
+// its result to the waiter: one commit per hand-over instead of two.
+func (s *Server) proposeWithHandover(ctx context.Context, cmd fsm.Command) opResult {
+	room, ok := handoverRoom(cmd)
+	if !ok {
+		return s.propose(ctx, cmd)
+	}
+	w := s.waits.reserveHead(room, 0)
+	if w == nil {
+		return s.propose(ctx, cmd)
+	}
+	rs, err := s.node.ProposeAll(ctx, cmd, w.next(s.node.Now()))
+	if err != nil {
+		res := refused(clusterReply(err))
+		w.deliver(res)
+		return res
+	}
+	first, second := typedResult(rs[0]), typedResult(rs[1])
+	w.deliver(second)
+	if plantedDoubleHandover {
+		if w2 := s.waits.reserveHead(room, 1); w2 != nil {
+			w2.deliver(second)
+		}
+	}
+	s.notifyChange(cmd, first)
+	return first
 }
 
 // leadershipLost is the answer of a waiter whose node stopped leading.
@@ -203,26 +330,50 @@ func waitCancelled() opResult {
 	return refused(retryLater("the request ended while it waited; nothing was changed", "not_applied"))
 }
 
-// awaitTurn waits for up to wait, on the ready leader, for t's turn.
+// awaitTurn waits for up to wait, on the ready leader, for t's turn. A
+// waiter leaves its room only while nothing of it is in flight, so no
+// hand-over's result is ever left without its request.
 func (s *Server) awaitTurn(ctx context.Context, wait time.Duration, t turn) opResult {
 	deadline := s.node.Now() + wait.Milliseconds()
 	lost := s.node.LeadershipDone()
-	w := s.waits.join(t.room)
+	w := s.waits.join(t.room, t.next)
 	defer s.waits.leave(t.room, w)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var retryAt int64 // no try before this, after one that lost a race
+	// settle takes the result of w's command, in flight until now: a final
+	// one ends the wait (w leaves before it is free again), another makes w
+	// wait on.
+	settle := func(res opResult) bool {
+		if t.final(res) {
+			s.waits.leave(t.room, w)
+			return true
+		}
+		s.waits.unreserve(w)
+		retryAt = s.node.Now() + waitRetryFloor.Milliseconds()
+		return false
+	}
 	for {
+		if s.waits.isReserved(w) {
+			// A hand-over carries this request: its result decides,
+			// whatever the deadline or the caller's state.
+			if res := <-w.handed; settle(res) {
+				return res
+			}
+			continue
+		}
 		now := s.node.Now()
 		wakeAt := deadline
 		if s.waits.first(t.room, w) {
 			ready, nextAt := t.probe(now)
 			switch {
 			case ready && now >= retryAt:
-				if res, final := t.try(); final {
+				if !s.waits.reserve(w) {
+					continue // a hand-over carries it already
+				}
+				if res, _ := t.try(); settle(res) {
 					return res
 				}
-				retryAt = s.node.Now() + waitRetryFloor.Milliseconds()
 				continue
 			case ready:
 				wakeAt = min(wakeAt, retryAt)
@@ -231,16 +382,27 @@ func (s *Server) awaitTurn(ctx context.Context, wait time.Duration, t turn) opRe
 			}
 		}
 		if now >= deadline {
+			if !s.waits.leaveIfFree(t.room, w) {
+				continue
+			}
 			return t.expire()
 		}
 		timer.Reset(time.Duration(wakeAt-now) * time.Millisecond)
 		select {
 		case <-w.wake:
+		case res := <-w.handed:
+			if settle(res) {
+				return res
+			}
 		case <-timer.C:
 		case <-ctx.Done():
-			return waitCancelled()
+			if s.waits.leaveIfFree(t.room, w) {
+				return waitCancelled()
+			}
 		case <-lost:
-			return leadershipLost()
+			if s.waits.leaveIfFree(t.room, w) {
+				return leadershipLost()
+			}
 		}
 	}
 }
@@ -249,13 +411,20 @@ func (s *Server) awaitTurn(ctx context.Context, wait time.Duration, t turn) opRe
 // claimable, or answers job: null at the deadline.
 func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobClaim) opResult {
 	f := s.node.FSM()
+	final := func(res opResult) bool { return res.queue == nil || res.queue.Outcome != fsm.QueueEmpty }
 	return s.awaitTurn(ctx, wait, turn{
 		room:  claimRoom(c.Queue),
 		probe: func(now int64) (bool, int64) { return f.ClaimWait(c.Queue, now) },
 		try: func() (opResult, bool) {
 			c.Now = s.node.Now()
 			res := s.propose(ctx, c)
-			return res, res.queue == nil || res.queue.Outcome != fsm.QueueEmpty
+			return res, final(res)
+		},
+		final: final,
+		next: func(now int64) fsm.Command {
+			n := *c
+			n.Now = now
+			return &n
 		},
 		expire: func() opResult {
 			return opResult{queue: &fsm.QueueResult{Outcome: fsm.QueueEmpty, Now: s.node.Now()}}
@@ -268,10 +437,11 @@ func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobCl
 // waiter tries first.
 func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.LeaseAcquire) opResult {
 	f := s.node.FSM()
+	final := func(res opResult) bool { return res.lease == nil || res.lease.Outcome != fsm.LeaseHeld }
 	try := func() (opResult, bool) {
 		c.Now = s.node.Now()
 		res := s.propose(ctx, c)
-		return res, res.lease == nil || res.lease.Outcome != fsm.LeaseHeld
+		return res, final(res)
 	}
 	return s.awaitTurn(ctx, wait, turn{
 		room: leaseRoom(c.Lease),
@@ -279,7 +449,13 @@ func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.Lea
 			held, ready := f.AcquireWait(c, now)
 			return ready, held.LeaseExpiresAt
 		},
-		try: try,
+		try:   try,
+		final: final,
+		next: func(now int64) fsm.Command {
+			n := *c
+			n.Now = now
+			return &n
+		},
 		expire: func() opResult {
 			if held, ready := f.AcquireWait(c, s.node.Now()); !ready {
 				return opResult{lease: &held}
@@ -296,7 +472,7 @@ func (s *Server) awaitJob(ctx context.Context, wait time.Duration, q *queueRead)
 	deadline := s.node.Now() + wait.Milliseconds()
 	lost := s.node.LeadershipDone()
 	room := jobRoom(q.queue, q.job)
-	w := s.waits.join(room)
+	w := s.waits.join(room, nil)
 	defer s.waits.leave(room, w)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

@@ -35,10 +35,17 @@ func (r benchResult) percentile(p float64) time.Duration {
 
 func (r benchResult) String() string {
 	rate := float64(r.cycles) / r.elapsed.Seconds()
-	return fmt.Sprintf("workload=%s clients=%d cycles=%d errors=%d elapsed=%.1fs cycles_per_sec=%.0f p50=%s p90=%s p99=%s max=%s",
+	s := fmt.Sprintf("workload=%s clients=%d cycles=%d errors=%d elapsed=%.1fs cycles_per_sec=%.0f p50=%s p90=%s p99=%s max=%s",
 		r.workload, r.clients, r.cycles, r.errors, r.elapsed.Seconds(), rate,
 		r.percentile(.5).Round(10*time.Microsecond), r.percentile(.9).Round(10*time.Microsecond),
 		r.percentile(.99).Round(10*time.Microsecond), r.percentile(1).Round(10*time.Microsecond))
+	switch r.workload {
+	case "hot-key":
+		s += fmt.Sprintf(" handovers_per_sec=%.0f", rate) // each cycle is one hand-over
+	case "claim-wake":
+		s += " latency=enqueue_answer_to_waiting_claim_answer"
+	}
+	return s
 }
 
 func bench(args []string, stdout, stderr io.Writer) int {
@@ -49,7 +56,8 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	o := addConnFlags(fs)
-	workload := fs.String("workload", "lease", "lease (acquire+release cycles), queue (enqueue+claim+ack cycles) or lease-fill (acquires of new keys held for a day: fills the state)")
+	workload := fs.String("workload", "lease", "lease (acquire+release cycles), queue (enqueue+claim+ack cycles), lease-fill (acquires of new keys held for a day: fills the state), "+
+		"hot-key (every client on one key with blocking acquires: hand-overs per second) or claim-wake (per client a waiting claim and an enqueue: the delay from the enqueue's answer to the claim's)")
 	clients := fs.Int("clients", 64, "concurrent clients")
 	duration := fs.Duration("duration", 10*time.Second, "how long to run at most")
 	count := fs.Int("count", 0, "stop after this many successful cycles in all (0: run for the whole duration)")
@@ -110,6 +118,14 @@ func runBench(cl *client.Client, workload string, clients int, d time.Duration, 
 		cycle = leaseFill
 	case "queue":
 		cycle = queueCycle
+	case "hot-key":
+		hot, err := newHotKey(cl)
+		if err != nil {
+			return benchResult{}, err
+		}
+		cycle = hot.cycle
+	case "claim-wake":
+		cycle = claimWake
 	default:
 		return benchResult{}, fmt.Errorf("unknown workload %q", workload)
 	}
@@ -133,12 +149,17 @@ func runBench(cl *client.Client, workload string, clients int, d time.Duration, 
 			errs := 0
 			for time.Now().Before(end) && more() {
 				t := time.Now()
+				w.sample = -1
 				if err := cycle(context.Background(), c, w); err != nil {
 					errs++
 					left.Add(1) // a failed cycle does not count towards count
 					continue
 				}
-				lat = append(lat, time.Since(t))
+				if w.sample >= 0 {
+					lat = append(lat, w.sample) // what the workload measures itself
+				} else {
+					lat = append(lat, time.Since(t))
+				}
 			}
 			mu.Lock()
 			res.latencies = append(res.latencies, lat...)
@@ -163,6 +184,9 @@ type benchWorker struct {
 	ns    string
 	queue *queueCreated
 	used  int
+	// sample, when a cycle sets it (>= 0), is the latency it measured,
+	// recorded instead of the cycle's duration.
+	sample time.Duration
 }
 
 // namespace gives the worker its lease namespace, created on first use.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/holdfast/holdfast/internal/client"
 )
@@ -22,7 +23,12 @@ func (e *apiError) Error() string {
 // client.APIPrefix with an optional bearer token, and decodes a 2xx answer
 // into out. A request of unknown outcome is not repeated.
 func callJSON(ctx context.Context, c *client.Client, method, path, token string, body, out any) error {
-	req := client.Request{Method: method, Path: client.APIPrefix + path, Token: token}
+	return callJSONWait(ctx, c, 0, method, path, token, body, out)
+}
+
+// callJSONWait is callJSON for a request the server may hold for up to wait.
+func callJSONWait(ctx context.Context, c *client.Client, wait time.Duration, method, path, token string, body, out any) error {
+	req := client.Request{Method: method, Path: client.APIPrefix + path, Token: token, Wait: wait}
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
