@@ -427,6 +427,10 @@ func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobCl
 			return &n
 		},
 		expire: func() opResult {
+			// Nothing to claim, as a leader that still leads says.
+			if err := s.node.ReadLinearizable(ctx, func() {}); err != nil {
+				return refused(clusterReply(err))
+			}
 			return opResult{queue: &fsm.QueueResult{Outcome: fsm.QueueEmpty, Now: s.node.Now()}}
 		},
 	})
@@ -457,7 +461,14 @@ func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.Lea
 			return &n
 		},
 		expire: func() opResult {
-			if held, ready := f.AcquireWait(c, s.node.Now()); !ready {
+			// The holder, read linearizably: a deposed leader must not
+			// answer "held" from its stale state.
+			var held fsm.LeaseResult
+			var ready bool
+			if err := s.node.ReadLinearizable(ctx, func() { held, ready = f.AcquireWait(c, s.node.Now()) }); err != nil {
+				return refused(clusterReply(err))
+			}
+			if !ready {
 				return opResult{lease: &held}
 			}
 			res, _ := try()

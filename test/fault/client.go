@@ -115,7 +115,13 @@ type JobAnswer struct {
 // Do sends one request. body is marshalled as JSON when not nil; bearer,
 // when set, is sent as Authorization: Bearer.
 func (c *Client) Do(ctx context.Context, addr, method, path string, body any, bearer string) Answer {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return c.DoWaiting(ctx, 0, addr, method, path, body, bearer)
+}
+
+// DoWaiting is Do for a request the service may hold for up to wait (its
+// wait_seconds): the timeout is that much longer.
+func (c *Client) DoWaiting(ctx context.Context, wait time.Duration, addr, method, path string, body any, bearer string) Answer {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {

@@ -38,6 +38,9 @@ func plantedBugs() []Scenario {
 		// Apply reads each replica's own clock (one node also runs with a
 		// clock offset): replicas diverge.
 		bug("holdfast_bug_local_clock", WorkloadLease, NemesisClock, 30*time.Second, "state hash divergence"),
+		// A release hands the lease to its two longest waiters: both get a
+		// grant with the same fence.
+		bug("holdfast_bug_double_handover", WorkloadLease, NemesisNone, 30*time.Second, "duplicate fences, overlapping grants"),
 	}
 }
 
@@ -108,7 +111,7 @@ func skipUnlessSuite(t *testing.T) *suite {
 }
 
 // TestPlantedBugs proves the checkers can fail: each planted bug must be
-// reported. The smoke runs one; the full matrix runs all five.
+// reported. The smoke runs one; the full matrix runs all six.
 func TestPlantedBugs(t *testing.T) {
 	s := skipUnlessSuite(t)
 	scs := plantedBugs()

@@ -90,6 +90,10 @@ type LeaseInput struct {
 	OwnerFence int64 `json:"owner_fence,omitempty"`
 	// TTL is the requested lease length (acquire, renew), nanoseconds.
 	TTL int64 `json:"ttl_ns,omitempty"`
+	// Wait is an acquire's wait_seconds: the service may hold it that long
+	// while the lease is held. The model needs nothing more: the acquire
+	// still takes effect at one instant within [call, return].
+	Wait int64 `json:"wait_s,omitempty"`
 	// Result is the canonical JSON result of a complete.
 	Result string `json:"result,omitempty"`
 	// Call and Ret are filled from the history for the model.

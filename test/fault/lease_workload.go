@@ -137,7 +137,7 @@ func leaseOutcome(f string, a Answer) (LeaseOutput, bool) {
 func (w *leaseWorkload) call(proc int, node *harness.Node, key string, in LeaseInput, body map[string]any, path string) leaseCall {
 	r := w.r
 	p := r.rec.Invoke(proc, node.ID, in.Kind, key, in)
-	a := r.client.Do(context.Background(), node.HTTPAddr, http.MethodPost, apiPrefix+path, body, "")
+	a := r.client.DoWaiting(context.Background(), time.Duration(in.Wait)*time.Second, node.HTTPAddr, http.MethodPost, apiPrefix+path, body, "")
 	res := leaseCall{class: a.Classify()}
 	switch res.class {
 	case NotApplied:
@@ -157,9 +157,14 @@ func (w *leaseWorkload) call(proc int, node *harness.Node, key string, in LeaseI
 	return res
 }
 
-func (w *leaseWorkload) acquire(proc int, node *harness.Node, key, f string) leaseCall {
-	in := LeaseInput{Kind: f, TTL: int64(leaseTTL)}
+// acquire asks for the lease; with wait > 0 (seconds) it is a blocking
+// acquire: the service holds it while the lease is held.
+func (w *leaseWorkload) acquire(proc int, node *harness.Node, key, f string, wait int64) leaseCall {
+	in := LeaseInput{Kind: f, TTL: int64(leaseTTL), Wait: wait}
 	body := map[string]any{"namespace": w.ns, "key": key, "fingerprint": "fp-" + key, "ttl_seconds": int(leaseTTL / time.Second)}
+	if wait > 0 {
+		body["wait_seconds"] = wait
+	}
 	return w.call(proc, node, key, in, body, "/lease")
 }
 
@@ -206,7 +211,9 @@ func (w *leaseWorkload) worker(ctx context.Context, i int) {
 	proc := r.rec.NewProcess()
 	for ctx.Err() == nil {
 		key := w.pickKey(rng)
-		res := w.acquire(proc, node, key, fAcquire)
+		// Most acquires wait while the lease is held (blocking acquires,
+		// served in arrival order); some answer at once.
+		res := w.acquire(proc, node, key, fAcquire, []int64{0, 1, 2, 2}[rng.IntN(4)])
 		switch {
 		case res.class == Unknown:
 			proc = r.rec.NewProcess()
@@ -294,7 +301,7 @@ func (w *leaseWorkload) final(ctx context.Context) error {
 			if node == nil {
 				return fmt.Errorf("no leader")
 			}
-			res := w.acquire(proc, node, k, fFinalAcquire)
+			res := w.acquire(proc, node, k, fFinalAcquire, 0)
 			if res.class == Unknown {
 				proc = r.rec.NewProcess()
 			}

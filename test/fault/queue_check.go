@@ -34,6 +34,12 @@ type QueueInput struct {
 	// Late marks an ack/release/renew a worker sends on purpose after its
 	// claim's window has passed.
 	Late bool `json:"late,omitempty"`
+	// Wait is a claim's wait_seconds (a long poll).
+	Wait int64 `json:"wait_s,omitempty"`
+	// RequestID is a short id of a claim's request_id; Repeat marks a
+	// claim sent again with it after an unknown outcome.
+	RequestID string `json:"request_id,omitempty"`
+	Repeat    bool   `json:"repeat,omitempty"`
 }
 
 // QueueOutput is what the service answered.
@@ -70,8 +76,10 @@ type QueueReport struct {
 	AttemptsExceeded, AttemptOrder int
 
 	// Deliveries is the number of acknowledged claims that returned a job;
-	// Duplicates those beyond a job's first.
-	Deliveries, Duplicates int
+	// Duplicates those beyond a job's first. RepeatedAnswers are claims
+	// sent again with their request id that answered the claim an earlier
+	// one made (same job, attempt and receipt): one claim, not two.
+	Deliveries, Duplicates, RepeatedAnswers int
 	// RedeliveredAfterRelease and RedeliveredAfterExpiry are legal
 	// redeliveries; DoubleClaims are claims granted while the previous claim
 	// was certainly still valid, and StaleReceiptAccepted are acks, releases
@@ -166,6 +174,17 @@ func CheckQueue(ops []Op, maxAttempts int, tol time.Duration) *QueueReport {
 		case fClaim:
 			if o.Type == OK && hasOut && !out.Empty {
 				c := claimRec{op: o, out: out, vis: in.Vis}
+				if in.Repeat {
+					// The claim may have been made by the earlier send, before
+					// this call: only the answer's expiry bounds its window.
+					c.vis = 0
+				}
+				if slices.ContainsFunc(claims[out.JobID], func(p claimRec) bool {
+					return p.out.Receipt == out.Receipt && p.out.Attempts == out.Attempts
+				}) {
+					rep.RepeatedAnswers++
+					continue
+				}
 				claims[out.JobID] = append(claims[out.JobID], c)
 				receiptClaim[out.Receipt] = c
 				see(out.Key, out.JobID)
@@ -285,7 +304,10 @@ func CheckQueue(ops []Op, maxAttempts int, tol time.Duration) *QueueReport {
 				continue
 			}
 			for _, later := range claims[c.out.JobID] {
-				if later.out.Attempts > c.out.Attempts && later.op.Ret < o.Call {
+				// A request id sent again after its claim ended makes a new
+				// claim with the same receipt: that receipt is the later
+				// claim's too.
+				if later.out.Attempts > c.out.Attempts && later.op.Ret < o.Call && later.out.Receipt != r {
 					rep.StaleReceiptAccepted++
 					rep.example(rep.StaleReceiptAccepted, "%s of job %s with the receipt of claim #%d (attempt %d) succeeded (#%d) after claim #%d (attempt %d) was acknowledged",
 						o.F, c.out.JobID, c.op.index, c.out.Attempts, o.index, later.op.index, later.out.Attempts)

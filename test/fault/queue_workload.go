@@ -96,7 +96,7 @@ func (w *queueWorkload) queueCall(proc int, node *harness.Node, f, method, path,
 	classify func(Answer) (string, QueueOutput, bool)) (Class, string, QueueOutput, Answer) {
 	r := w.r
 	p := r.rec.Invoke(proc, node.ID, f, in.Key, in)
-	a := r.client.Do(context.Background(), node.HTTPAddr, method, apiPrefix+path, body, token)
+	a := r.client.DoWaiting(context.Background(), time.Duration(in.Wait)*time.Second, node.HTTPAddr, method, apiPrefix+path, body, token)
 	cls := a.Classify()
 	switch cls {
 	case NotApplied:
@@ -182,12 +182,19 @@ type claimed struct {
 	receipt string
 }
 
-func (w *queueWorkload) claim(proc int, node *harness.Node, qi int) (Class, string, *claimed) {
+// claim claims a job of queue qi with the request id rid (a long poll of
+// wait seconds); repeat marks the same claim sent again after an unknown
+// outcome.
+func (w *queueWorkload) claim(proc int, node *harness.Node, qi int, rid string, wait int64, repeat bool) (Class, string, *claimed) {
 	q := w.queues[qi]
-	in := QueueInput{Queue: shortToken(q.id), Vis: visibility}
+	in := QueueInput{Queue: shortToken(q.id), Vis: visibility, Wait: wait, RequestID: shortToken(rid), Repeat: repeat}
+	body := map[string]any{"visibility_timeout": visibility, "request_id": rid}
+	if wait > 0 {
+		body["wait_seconds"] = wait
+	}
 	var receipt string
 	cls, typ, out, _ := w.queueCall(proc, node, fClaim, http.MethodPost, "/queue/"+q.id+"/claim", q.worker, in,
-		map[string]any{"visibility_timeout": visibility}, func(a Answer) (string, QueueOutput, bool) {
+		body, func(a Answer) (string, QueueOutput, bool) {
 			if a.Status != http.StatusOK {
 				return "", QueueOutput{}, false
 			}
@@ -248,12 +255,24 @@ func (w *queueWorkload) worker(ctx context.Context, i int) {
 		}
 	}
 	for ctx.Err() == nil {
-		cls, typ, c := w.claim(proc, node, rng.IntN(len(w.queues)))
+		// Every claim has a request id of its own and most are long polls;
+		// one whose outcome is unknown is sent again with the same request
+		// id, which answers the claim it made, if it made one.
+		qi, rid := rng.IntN(len(w.queues)), fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64())
+		wait := []int64{0, 1, 2, 2}[rng.IntN(4)]
+		cls, typ, c := w.claim(proc, node, qi, rid, wait, false)
+		for tries := 0; cls == Unknown && tries < 2 && ctx.Err() == nil; tries++ {
+			retire(cls)
+			cls, typ, c = w.claim(proc, node, qi, rid, 0, true)
+		}
 		retire(cls)
 		if c == nil {
-			if typ == OK {
+			switch {
+			case typ == OK && wait > 0:
+				// The service waited already.
+			case typ == OK:
 				sleepCtx(ctx, between(rng, 100*time.Millisecond, 250*time.Millisecond))
-			} else {
+			default:
 				sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
 			}
 			continue
@@ -416,9 +435,9 @@ func (w *queueWorkload) check(res *Result) {
 	}
 	res.Violations += rep.Violations()
 	res.Details = append(res.Details,
-		fmt.Sprintf("queue: %d keys enqueued; final %v; %d deliveries, %d duplicates (%d after expiry, %d after release), double claims %d, stale receipts accepted %d, acked then redelivered %d, attempt order %d, stale reads %d; lost jobs %d, lost acks %d, unexpected %d, job id mismatches %d, attempts over limit %d",
+		fmt.Sprintf("queue: %d keys enqueued; final %v; %d deliveries, %d duplicates (%d after expiry, %d after release), %d claims answered again by request id, double claims %d, stale receipts accepted %d, acked then redelivered %d, attempt order %d, stale reads %d; lost jobs %d, lost acks %d, unexpected %d, job id mismatches %d, attempts over limit %d",
 			rep.Enqueued, rep.Final, rep.Deliveries, rep.Duplicates, rep.RedeliveredAfterExpiry, rep.RedeliveredAfterRelease,
-			rep.DoubleClaims, rep.StaleReceiptAccepted, rep.AckedRedelivered, rep.AttemptOrder, rep.StaleReads,
+			rep.RepeatedAnswers, rep.DoubleClaims, rep.StaleReceiptAccepted, rep.AckedRedelivered, rep.AttemptOrder, rep.StaleReads,
 			rep.LostJobs, rep.LostAcks, rep.Unexpected, rep.JobIDMismatch, rep.AttemptsExceeded))
 	res.Details = append(res.Details, rep.Examples...)
 	if rep.Enqueued == 0 {
