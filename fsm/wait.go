@@ -1,22 +1,21 @@
 package fsm
 
-import "github.com/holdfast/holdfast/internal/secret"
-
 // Waiting requests live on the leader, outside the state machine: they ask
 // these read-only questions to know whether trying again can succeed, and
 // until when nothing can change by time alone.
 
-// ClaimWait reports whether a claim on the queue could take a job at
-// nodeNow, and otherwise the earliest later time at which one becomes
-// claimable by time alone (a claim window or a release's delay ending, or
-// the queue's deadline, when a claim answers that the queue is gone). With
-// no queue, ready is true: a claim answers that.
-func (f *FSM) ClaimWait(id secret.ID, nodeNow int64) (ready bool, nextAt int64) {
+// ClaimWait reports whether the claim c could be answered with a job at
+// nodeNow (a claimable job, or for a claim by request id its active claim),
+// and otherwise the earliest later time at which a job becomes claimable by
+// time alone (a claim window or a release's delay ending, or the queue's
+// deadline, when a claim answers that the queue is gone). With no queue,
+// ready is true: a claim answers that.
+func (f *FSM) ClaimWait(c *JobClaim, nodeNow int64) (ready bool, nextAt int64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	now := f.st.readNow(nodeNow)
-	q := f.st.liveQueue(id, now)
-	if q == nil {
+	q := f.st.liveQueue(c.Queue, now)
+	if q == nil || c.ByRequest && q.activeClaim(c.Receipt, now) != nil {
 		return true, 0
 	}
 	nextAt = q.expiresAt

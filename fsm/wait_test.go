@@ -7,29 +7,31 @@ import (
 	"github.com/holdfast/holdfast/internal/secret"
 )
 
+func claimOf(q testQueue) *JobClaim { return &JobClaim{Queue: q.id, Receipt: secret.ReceiptHash("w")} }
+
 func TestClaimWaitFollowsClaimability(t *testing.T) {
 	h := newHarness(t)
 	q := mkQueue("q")
-	if ready, _ := h.f.ClaimWait(q.id, h.now); !ready {
+	if ready, _ := h.f.ClaimWait(claimOf(q), h.now); !ready {
 		t.Fatal("no queue: a claim answers at once")
 	}
 	h.createQueue(q, "c")
-	if ready, next := h.f.ClaimWait(q.id, h.now); ready || next != t0+day {
+	if ready, next := h.f.ClaimWait(claimOf(q), h.now); ready || next != t0+day {
 		t.Fatalf("empty queue: ready %v next %d, want the deadline", ready, next)
 	}
 	h.enqueue(q, "j", "k", `1`)
-	if ready, _ := h.f.ClaimWait(q.id, h.now); !ready {
+	if ready, _ := h.f.ClaimWait(claimOf(q), h.now); !ready {
 		t.Fatal("a pending job is claimable")
 	}
 	h.claim(q, "r", 60)
-	if ready, next := h.f.ClaimWait(q.id, h.now); ready || next != h.now+60*sec {
+	if ready, next := h.f.ClaimWait(claimOf(q), h.now); ready || next != h.now+60*sec {
 		t.Fatalf("claimed: ready %v next %d, want the window's end", ready, next)
 	}
-	if ready, _ := h.f.ClaimWait(q.id, h.now+60*sec); !ready {
+	if ready, _ := h.f.ClaimWait(claimOf(q), h.now+60*sec); !ready {
 		t.Fatal("a claim whose window ended is claimable again")
 	}
 	h.releaseAfter(q, "j", "r", 120)
-	if ready, next := h.f.ClaimWait(q.id, h.now); ready || next != h.now+120*sec {
+	if ready, next := h.f.ClaimWait(claimOf(q), h.now); ready || next != h.now+120*sec {
 		t.Fatalf("released with a delay: ready %v next %d", ready, next)
 	}
 	// The last attempt's window ending fails the job: nothing to wait for
@@ -39,11 +41,24 @@ func TestClaimWaitFollowsClaimability(t *testing.T) {
 		h.claim(q, "r", 30)
 		h.advance(30 * time.Second)
 	}
-	if ready, next := h.f.ClaimWait(q.id, h.now); ready || next != t0+day {
+	if ready, next := h.f.ClaimWait(claimOf(q), h.now); ready || next != t0+day {
 		t.Fatalf("failed job: ready %v next %d", ready, next)
 	}
-	if ready, _ := h.f.ClaimWait(q.id, t0+day); !ready {
+	if ready, _ := h.f.ClaimWait(claimOf(q), t0+day); !ready {
 		t.Fatal("at the deadline a claim answers (not found)")
+	}
+	// A claim by request id whose claim is active is answered at once.
+	h2 := newHarness(t)
+	h2.createQueue(q, "c")
+	h2.enqueue(q, "j", "k", `1`)
+	h2.claimByRequest(q, "w", 60)
+	byRequest := claimOf(q)
+	byRequest.ByRequest = true
+	if ready, _ := h2.f.ClaimWait(claimOf(q), h2.now); ready {
+		t.Fatal("the only job is claimed: not ready")
+	}
+	if ready, _ := h2.f.ClaimWait(byRequest, h2.now); !ready {
+		t.Fatal("a repeated claim by request id whose claim is active: ready")
 	}
 }
 

@@ -414,7 +414,7 @@ func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobCl
 	final := func(res opResult) bool { return res.queue == nil || res.queue.Outcome != fsm.QueueEmpty }
 	return s.awaitTurn(ctx, wait, turn{
 		room:  claimRoom(c.Queue),
-		probe: func(now int64) (bool, int64) { return f.ClaimWait(c.Queue, now) },
+		probe: func(now int64) (bool, int64) { return f.ClaimWait(c, now) },
 		try: func() (opResult, bool) {
 			c.Now = s.node.Now()
 			res := s.propose(ctx, c)

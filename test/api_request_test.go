@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/holdfast/holdfast/test/harness"
 )
@@ -75,6 +76,13 @@ func queueRequestIDs(t *testing.T, e *apiEnv, n *harness.Node) {
 	// Another request id claims the next job.
 	checkJobAnswer(t, "claim with another request id", e.claim(t, n, q, fmt.Sprintf(`{"request_id":%q}`, randHex(t, 16))), q,
 		jobWant{id: b.id, key: b.key, payload: b.payload, status: "claimed", attempts: 1, receipt: true})
+	// With no job left to claim, a waiting claim repeated with the request
+	// id still answers its claim at once.
+	start := time.Now()
+	_, r3, _ := checkJobAnswer(t, "the same claim again with wait_seconds", e.claim(t, n, q, fmt.Sprintf(`{"wait_seconds":10,"request_id":%q}`, rid)), q, want)
+	if r3 != r || time.Since(start) > 3*time.Second {
+		t.Errorf("a waiting repeat: receipt changed or it waited %v", time.Since(start))
+	}
 	// The receipt acks; the repeat after the ack is an ordinary claim.
 	checkJobAnswer(t, "ack with the receipt", e.jobAction(t, n, q, a.id, "ack", receiptBody(r)), q,
 		jobWant{id: a.id, key: a.key, payload: a.payload, status: "completed", attempts: 1})
