@@ -72,8 +72,9 @@ func New(cfg Config) *Server {
 	// A forwarded request may wait on the leader (long-poll claim, blocking
 	// acquire, awaited job): the longest wait is added.
 	s.proxy.ResponseHeaderTimeout = cfg.RequestTimeout + maxAcquireWaitSeconds*time.Second + 5*time.Second
-	s.waits = newWaitRooms()
 	s.metrics = newMetrics(cfg.Node)
+	s.waits = newWaitRooms()
+	s.waits.register(s.metrics.reg)
 	s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
 	s.links = newLinkManager(s)
 	s.engine = gin.New()

@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/internal/secret"
@@ -99,7 +101,9 @@ func (w *waiter) signal() {
 type waitRooms struct {
 	mu    sync.Mutex
 	rooms map[waitKey][]*waiter
-	count int
+	count [waitJob + 1]int // waiters by kind
+	// handovers counts writes that carried a waiter's command.
+	handovers atomic.Uint64
 }
 
 func newWaitRooms() *waitRooms { return &waitRooms{rooms: make(map[waitKey][]*waiter)} }
@@ -108,7 +112,7 @@ func (r *waitRooms) join(k waitKey, next func(now int64) fsm.Command) *waiter {
 	w := &waiter{wake: make(chan struct{}, 1), next: next, handed: make(chan opResult, 1)}
 	r.mu.Lock()
 	r.rooms[k] = append(r.rooms[k], w)
-	r.count++
+	r.count[k.kind]++
 	r.mu.Unlock()
 	return w
 }
@@ -140,7 +144,7 @@ func (r *waitRooms) remove(k waitKey, w *waiter) {
 			continue
 		}
 		ws = append(ws[:i], ws[i+1:]...)
-		r.count--
+		r.count[k.kind]--
 		if len(ws) == 0 {
 			delete(r.rooms, k)
 			return
@@ -219,11 +223,26 @@ func (r *waitRooms) notify(k waitKey) {
 	}
 }
 
-// waiting is the number of requests waiting on this node.
-func (r *waitRooms) waiting() int {
+// waiting is the number of requests of a kind waiting on this node.
+func (r *waitRooms) waiting(kind waitKind) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.count
+	return r.count[kind]
+}
+
+// register adds the waiting requests and the hand-overs to the metrics.
+func (r *waitRooms) register(reg *prometheus.Registry) {
+	for kind, name := range map[waitKind]string{waitClaim: "claim", waitLease: "acquire", waitJob: "job_read"} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "holdfast_waiting_requests",
+			Help:        "Requests waiting on this node (wait_seconds), by kind.",
+			ConstLabels: prometheus.Labels{"kind": name},
+		}, func() float64 { return float64(r.waiting(kind)) }))
+	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "holdfast_handovers_total",
+		Help: "Writes on this leader that carried a waiting acquire or claim in their log entry.",
+	}, func() float64 { return float64(r.handovers.Load()) }))
 }
 
 // notifyChange wakes the waiters of what a write applied on this leader
@@ -303,6 +322,7 @@ func (s *Server) proposeWithHandover(ctx context.Context, cmd fsm.Command) opRes
 	if w == nil {
 		return s.propose(ctx, cmd)
 	}
+	s.waits.handovers.Add(1)
 	rs, err := s.node.ProposeAll(ctx, cmd, w.next(s.node.Now()))
 	if err != nil {
 		res := refused(clusterReply(err))

@@ -21,7 +21,7 @@ func TestWaitRoomsServeInArrivalOrder(t *testing.T) {
 	k := leaseRoom(secret.Hash{1})
 	next := func(int64) fsm.Command { return &fsm.LeaseAcquire{} }
 	a, b, c := r.join(k, next), r.join(k, next), r.join(k, next)
-	if !r.first(k, a) || r.first(k, b) || r.waiting() != 3 {
+	if !r.first(k, a) || r.first(k, b) || r.waiting(waitLease) != 3 {
 		t.Fatal("the first to join is not first")
 	}
 	r.notify(k)
@@ -42,11 +42,11 @@ func TestWaitRoomsServeInArrivalOrder(t *testing.T) {
 	}
 	r.leave(k, a) // twice is once
 	r.leave(k, c)
-	if woken(b) || r.waiting() != 1 {
+	if woken(b) || r.waiting(waitLease) != 1 {
 		t.Fatal("a waiter behind the first leaving wakes nobody")
 	}
 	r.leave(k, b)
-	if r.waiting() != 0 || len(r.rooms) != 0 {
+	if r.waiting(waitLease) != 0 || len(r.rooms) != 0 {
 		t.Fatal("empty rooms are dropped")
 	}
 	// A job's room wakes every waiter, and takes no hand-over.

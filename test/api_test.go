@@ -213,6 +213,15 @@ func apiMetrics(t *testing.T, e *apiEnv) {
 		if st.State == "leader" && !regexp.MustCompile(`(?m)^holdfast_proposals_total\{outcome="applied"\} [1-9]\d*$`).MatchString(text) {
 			t.Errorf("GET /metrics on the leader %s: no applied proposals counted", n.ID)
 		}
+		// Waiting requests wait on the leader; the flows made hand-overs there.
+		for _, want := range []string{`holdfast_waiting_requests\{kind="claim"\} \d+`, `holdfast_waiting_requests\{kind="acquire"\} \d+`, `holdfast_handovers_total \d+`} {
+			if !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(text) {
+				t.Errorf("GET /metrics on %s (%s) has no line matching %s", n.ID, tg.name, want)
+			}
+		}
+		if st.State == "leader" && !regexp.MustCompile(`(?m)^holdfast_handovers_total [1-9]\d*$`).MatchString(text) {
+			t.Errorf("GET /metrics on the leader %s: no hand-overs counted, though the flows waited", n.ID)
+		}
 		for _, line := range strings.Split(text, "\n") {
 			if strings.HasPrefix(line, "holdfast_http_") {
 				if m := regexp.MustCompile(`route="([^"]*)"`).FindStringSubmatch(line); m != nil && m[1] != "unmatched" && !strings.HasPrefix(m[1], "/") {
