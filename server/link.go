@@ -40,7 +40,9 @@ const (
 	// linkProtocol is the Upgrade token of the peer link.
 	linkProtocol = "holdfast-link/1"
 	// linkMaxInFlight bounds the calls one link runs at once on the leader.
-	linkMaxInFlight = 1024
+	// Waiting requests (wait_seconds) hold their call for their wait, so
+	// the bound leaves room for thousands of them beside the rest.
+	linkMaxInFlight = 4096
 	// linkRefusalTTL is how long a refused link is not tried again.
 	linkRefusalTTL = 30 * time.Second
 	// linkDialTimeout bounds dialing and upgrading.
