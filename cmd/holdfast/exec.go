@@ -222,7 +222,7 @@ func (r *execRun) acquire(sigs <-chan os.Signal) (execLease, int, bool) {
 	for {
 		// The server holds the acquire while the lease is held (a blocking
 		// acquire, first come first served), for what --wait leaves.
-		wait := min(time.Until(deadline).Truncate(time.Second), maxAcquireWait)
+		wait := max(min(time.Until(deadline).Truncate(time.Second), maxAcquireWait), 0)
 		resp, sig, err := r.acquireOnce(extra, wait, sigs)
 		if sig != nil {
 			fmt.Fprintf(r.stderr, "holdfast exec: %v while waiting for the lease\n", sig)

@@ -237,6 +237,16 @@ func (n *Node) signal(sig syscall.Signal, expectExit bool) (chan struct{}, error
 	return n.done, nil
 }
 
+// Pid is the process id of the node's current process (0 before its start).
+func (n *Node) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
 // Signal sends sig to the process. SIGSTOP and SIGCONT also update the
 // paused state; other signals do not mark the exit as expected.
 func (n *Node) Signal(sig syscall.Signal) error {
