@@ -193,7 +193,8 @@ inspector "$URL" --method tools/list --strict >"$WORK/tools.json" 2>"$WORK/tools
 check "$WORK/tools.json" '
 want = {"create_lease_namespace", "acquire_lease", "renew_lease", "release_lease", "complete_lease",
         "create_agent_queue", "enqueue_agent_queue_job", "claim_agent_queue_job", "read_agent_queue",
-        "read_agent_queue_job", "ack_agent_queue_job", "release_agent_queue_job", "renew_agent_queue_job"}
+        "read_agent_queue_job", "ack_agent_queue_job", "release_agent_queue_job", "renew_agent_queue_job",
+        "retry_agent_queue_job"}
 tools = {t["name"]: t for t in d["tools"]}
 assert set(tools) == want, sorted(set(tools) ^ want)
 for t in tools.values():
@@ -208,8 +209,15 @@ vis = tools["claim_agent_queue_job"]["inputSchema"]["properties"]["visibility_ti
 assert (vis["minimum"], vis["maximum"], vis["default"]) == (30, 900, 60), vis
 assert "pattern" in tools["claim_agent_queue_job"]["inputSchema"]["properties"]["worker_token"]
 assert "fencing_token" in tools["acquire_lease"]["description"]
+for tool, arg, lo, hi in (("claim_agent_queue_job", "wait_seconds", 0, 20), ("acquire_lease", "wait_seconds", 0, 60),
+                          ("read_agent_queue_job", "wait_seconds", 0, 60), ("release_agent_queue_job", "delay_seconds", 0, 900)):
+    p = tools[tool]["inputSchema"]["properties"][arg]
+    assert (p["minimum"], p["maximum"], p["default"]) == (lo, hi, 0), (tool, arg, p)
+for tool in ("acquire_lease", "claim_agent_queue_job"):
+    assert "pattern" in tools[tool]["inputSchema"]["properties"]["request_id"], tool
+assert "write_token" in tools["retry_agent_queue_job"]["inputSchema"]["required"]
 '
-step "tools/list: 13 tools with annotations and schemas"
+step "tools/list: 14 tools with annotations and schemas"
 
 # The client configuration the README gives, pointed at the follower.
 cat >"$WORK/mcp.json" <<JSON
@@ -224,7 +232,7 @@ cat >"$WORK/mcp.json" <<JSON
 JSON
 inspector_config "$WORK/mcp.json" --method tools/list >"$WORK/tools-config.json" 2>"$WORK/tools-config.err" ||
   { cat "$WORK/tools-config.err" >&2; fail "tools/list through the README's client configuration failed"; }
-check "$WORK/tools-config.json" 'assert len(d["tools"]) == 13, len(d["tools"])'
+check "$WORK/tools-config.json" 'assert len(d["tools"]) == 14, len(d["tools"])'
 step "the README's client configuration connects"
 
 # --- acquire_lease ----------------------------------------------------------------
