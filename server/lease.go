@@ -95,17 +95,10 @@ func (s *Server) acquireLease(ctx context.Context, in LeaseAcquireInput) reply {
 	if bad != nil {
 		return *bad
 	}
-	var owner string
-	if in.RequestID != nil {
-		if !secret.ValidRequestID(*in.RequestID) {
-			return invalid("request_id", secret.RequestIDRule)
-		}
-		owner = secret.OwnerTokenOfRequest(lease, *in.RequestID)
-	} else {
-		var err error
-		if owner, err = secret.NewOwnerToken(); err != nil {
-			return errReply(http.StatusInternalServerError, "could not generate an owner token", nil)
-		}
+	owner, bad := requestSecret(in.RequestID, "an owner token",
+		func(rid string) string { return secret.OwnerTokenOfRequest(lease, rid) }, secret.NewOwnerToken)
+	if bad != nil {
+		return *bad
 	}
 	r, rep := s.leadLease(ctx, &leaderOp{cmd: &fsm.LeaseAcquire{Lease: lease, Fingerprint: fp, Owner: secret.OwnerTokenHash(owner)}, ttl: in.TTLSeconds, wait: wait})
 	if r == nil {

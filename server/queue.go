@@ -165,17 +165,10 @@ func (s *Server) claim(ctx context.Context, a queueAuth, in ClaimInput) reply {
 	if bad != nil {
 		return *bad
 	}
-	var receipt string
-	if in.RequestID != nil {
-		if !secret.ValidRequestID(*in.RequestID) {
-			return invalid("request_id", secret.RequestIDRule)
-		}
-		receipt = secret.ReceiptOfRequest(a.queue, *in.RequestID)
-	} else {
-		var err error
-		if receipt, err = secret.NewToken(); err != nil {
-			return errReply(http.StatusInternalServerError, "could not generate a receipt", nil)
-		}
+	receipt, bad := requestSecret(in.RequestID, "a receipt",
+		func(rid string) string { return secret.ReceiptOfRequest(a.queue, rid) }, secret.NewToken)
+	if bad != nil {
+		return *bad
 	}
 	cmd := &fsm.JobClaim{Queue: a.queue, Token: a.token, Receipt: secret.ReceiptHash(receipt), ByRequest: in.RequestID != nil}
 	r, rep := s.leadQueue(ctx, &leaderOp{cmd: cmd, visibility: in.VisibilityTimeout, wait: wait})

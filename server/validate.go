@@ -2,10 +2,12 @@ package server
 
 import (
 	"fmt"
+	"net/http"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/secret"
 )
 
 // maxIdentityLength bounds namespaced keys and fingerprints.
@@ -51,4 +53,22 @@ func ttlSeconds(v *int64, st fsm.Settings) (int64, *reply) {
 
 func visibilitySeconds(v *int64, st fsm.Settings) (int64, *reply) {
 	return intInRange("visibility_timeout", v, st.VisibilityDefaultSeconds, st.VisibilityMinSeconds, st.VisibilityMaxSeconds)
+}
+
+// requestSecret is the owner token or receipt (what) of an acquire or a
+// claim: derived from its request_id when it has one, else fresh.
+func requestSecret(requestID *string, what string, derive func(string) string, fresh func() (string, error)) (string, *reply) {
+	if requestID != nil {
+		if !secret.ValidRequestID(*requestID) {
+			r := invalid("request_id", secret.RequestIDRule)
+			return "", &r
+		}
+		return derive(*requestID), nil
+	}
+	v, err := fresh()
+	if err != nil {
+		r := errReply(http.StatusInternalServerError, "could not generate "+what, nil)
+		return "", &r
+	}
+	return v, nil
 }

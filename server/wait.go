@@ -102,6 +102,7 @@ type waitRooms struct {
 	mu    sync.Mutex
 	rooms map[waitKey][]*waiter
 	count [waitJob + 1]int // waiters by kind
+	total atomic.Int64     // waiters of every kind, read without mu
 	// handovers counts writes that carried a waiter's command.
 	handovers atomic.Uint64
 }
@@ -113,6 +114,7 @@ func (r *waitRooms) join(k waitKey, next func(now int64) fsm.Command) *waiter {
 	r.mu.Lock()
 	r.rooms[k] = append(r.rooms[k], w)
 	r.count[k.kind]++
+	r.total.Add(1)
 	r.mu.Unlock()
 	return w
 }
@@ -145,6 +147,7 @@ func (r *waitRooms) remove(k waitKey, w *waiter) {
 		}
 		ws = append(ws[:i], ws[i+1:]...)
 		r.count[k.kind]--
+		r.total.Add(-1)
 		if len(ws) == 0 {
 			delete(r.rooms, k)
 			return
@@ -223,6 +226,10 @@ func (r *waitRooms) notify(k waitKey) {
 	}
 }
 
+// empty reports, without taking the lock, whether no request waits: the
+// writes on the hot path then skip the rooms.
+func (r *waitRooms) empty() bool { return r.total.Load() == 0 }
+
 // waiting is the number of requests of a kind waiting on this node.
 func (r *waitRooms) waiting(kind waitKind) int {
 	r.mu.Lock()
@@ -245,79 +252,92 @@ func (r *waitRooms) register(reg *prometheus.Registry) {
 	}, func() float64 { return float64(r.handovers.Load()) }))
 }
 
-// notifyChange wakes the waiters of what a write applied on this leader
-// changed.
-func (s *Server) notifyChange(cmd fsm.Command, res opResult) {
+// freed names what a write frees when it succeeds: the first-come room
+// whose waiters can now succeed (a lease's acquirers, a queue's claims),
+// whether a hand-over may carry that room's longest waiter (not for a
+// release with a delay: its job is not claimable yet), and a job whose
+// outcome readers may await.
+type freed struct {
+	room     waitKey
+	handover bool
+	job      waitKey
+}
+
+// freedBy says what cmd frees when it succeeds; ok is false for a command
+// that frees nothing.
+func freedBy(cmd fsm.Command) (f freed, ok bool) {
 	switch c := cmd.(type) {
 	case *fsm.LeaseRelease:
-		if res.lease != nil && res.lease.Outcome == fsm.LeaseReleased {
-			s.waits.notify(leaseRoom(c.Lease))
-		}
+		return freed{room: leaseRoom(c.Lease), handover: true}, true
 	case *fsm.LeaseComplete:
-		if res.lease != nil && res.lease.Outcome == fsm.LeaseCompleted {
-			s.waits.notify(leaseRoom(c.Lease))
-		}
+		return freed{room: leaseRoom(c.Lease), handover: true}, true
 	case *fsm.JobEnqueue:
-		if res.queue != nil && res.queue.Outcome == fsm.JobCreated {
-			s.waits.notify(claimRoom(c.Queue))
-		}
+		return freed{room: claimRoom(c.Queue), handover: true}, true
 	case *fsm.JobRetry:
-		if res.queue != nil && res.queue.Outcome == fsm.JobRetried {
-			s.waits.notify(claimRoom(c.Queue))
-		}
-	case *fsm.JobRelease:
-		if res.queue != nil && res.queue.Outcome == fsm.JobReleased {
-			s.waits.notify(claimRoom(c.Queue))
-			s.waits.notify(jobRoom(c.Queue, c.Job)) // it may have failed
-		}
+		return freed{room: claimRoom(c.Queue), handover: true}, true
+	case *fsm.JobRelease: // the job may also have failed
+		return freed{room: claimRoom(c.Queue), handover: c.DelaySeconds == 0, job: jobRoom(c.Queue, c.Job)}, true
 	case *fsm.JobAck:
-		if res.queue != nil && res.queue.Outcome == fsm.JobAcked {
-			s.waits.notify(jobRoom(c.Queue, c.Job))
+		return freed{job: jobRoom(c.Queue, c.Job)}, true
+	}
+	return freed{}, false
+}
+
+// succeeded reports whether a write's result is the outcome that frees
+// what freedBy names.
+func succeeded(res opResult) bool {
+	switch {
+	case res.lease != nil:
+		return res.lease.Outcome == fsm.LeaseReleased || res.lease.Outcome == fsm.LeaseCompleted
+	case res.queue != nil:
+		switch res.queue.Outcome {
+		case fsm.JobCreated, fsm.JobRetried, fsm.JobReleased, fsm.JobAcked:
+			return true
 		}
+	}
+	return false
+}
+
+// notifyChange wakes the waiters of what a write applied on this leader
+// freed.
+func (s *Server) notifyChange(cmd fsm.Command, res opResult) {
+	if s.waits.empty() {
+		return
+	}
+	f, ok := freedBy(cmd)
+	if !ok || !succeeded(res) {
+		return
+	}
+	if f.room.kind != 0 {
+		s.waits.notify(f.room)
+	}
+	if f.job.kind != 0 {
+		s.waits.notify(f.job)
 	}
 }
 
-// turn is a first-come waiting request: probe says whether try can succeed
-// now and, if not, when that may change by time alone (Unix ms, 0 for
-// never); try runs the request once and says whether its answer is final,
-// as final says of a hand-over's result; next is the command a hand-over
-// carries; expire is the answer at the deadline.
+// turn is a first-come waiting request: probe says whether trying can
+// succeed now and, if not, when that may change by time alone (Unix ms, 0
+// for never); next is the request's command stamped with a time, which a
+// try proposes and a hand-over carries; final says whether an answer (its
+// own or a hand-over's) ends the wait; expire is the answer at the deadline.
 type turn struct {
 	room   waitKey
 	probe  func(now int64) (ready bool, nextAt int64)
-	try    func() (opResult, bool)
 	final  func(opResult) bool
 	next   func(now int64) fsm.Command
 	expire func() opResult
-}
-
-// handoverRoom names the first-come room whose longest waiter a write can
-// carry along in its entry: a release or completion of a lease for its
-// acquirers, a job that becomes claimable at once for its queue's claims.
-func handoverRoom(cmd fsm.Command) (waitKey, bool) {
-	switch c := cmd.(type) {
-	case *fsm.LeaseRelease:
-		return leaseRoom(c.Lease), true
-	case *fsm.LeaseComplete:
-		return leaseRoom(c.Lease), true
-	case *fsm.JobEnqueue:
-		return claimRoom(c.Queue), true
-	case *fsm.JobRetry:
-		return claimRoom(c.Queue), true
-	case *fsm.JobRelease:
-		return claimRoom(c.Queue), c.DelaySeconds == 0
-	}
-	return waitKey{}, false
 }
 
 // proposeWithHandover commits cmd; when the room cmd frees has a waiter,
 // that waiter's own command goes in the same entry, right after cmd, and
 // its result to the waiter: one commit per hand-over instead of two.
 func (s *Server) proposeWithHandover(ctx context.Context, cmd fsm.Command) opResult {
-	room, ok := handoverRoom(cmd)
-	if !ok {
+	f, ok := freedBy(cmd)
+	if !ok || !f.handover || s.waits.empty() {
 		return s.propose(ctx, cmd)
 	}
+	room := f.room
 	w := s.waits.reserveHead(room, 0)
 	if w == nil {
 		return s.propose(ctx, cmd)
@@ -391,7 +411,7 @@ func (s *Server) awaitTurn(ctx context.Context, wait time.Duration, t turn) opRe
 				if !s.waits.reserve(w) {
 					continue // a hand-over carries it already
 				}
-				if res, _ := t.try(); settle(res) {
+				if res := s.propose(ctx, t.next(s.node.Now())); settle(res) {
 					return res
 				}
 				continue
@@ -431,16 +451,10 @@ func (s *Server) awaitTurn(ctx context.Context, wait time.Duration, t turn) opRe
 // claimable, or answers job: null at the deadline.
 func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobClaim) opResult {
 	f := s.node.FSM()
-	final := func(res opResult) bool { return res.queue == nil || res.queue.Outcome != fsm.QueueEmpty }
 	return s.awaitTurn(ctx, wait, turn{
 		room:  claimRoom(c.Queue),
 		probe: func(now int64) (bool, int64) { return f.ClaimWait(c, now) },
-		try: func() (opResult, bool) {
-			c.Now = s.node.Now()
-			res := s.propose(ctx, c)
-			return res, final(res)
-		},
-		final: final,
+		final: func(res opResult) bool { return res.queue == nil || res.queue.Outcome != fsm.QueueEmpty },
 		next: func(now int64) fsm.Command {
 			n := *c
 			n.Now = now
@@ -461,11 +475,10 @@ func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobCl
 // waiter tries first.
 func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.LeaseAcquire) opResult {
 	f := s.node.FSM()
-	final := func(res opResult) bool { return res.lease == nil || res.lease.Outcome != fsm.LeaseHeld }
-	try := func() (opResult, bool) {
-		c.Now = s.node.Now()
-		res := s.propose(ctx, c)
-		return res, final(res)
+	next := func(now int64) fsm.Command {
+		n := *c
+		n.Now = now
+		return &n
 	}
 	return s.awaitTurn(ctx, wait, turn{
 		room: leaseRoom(c.Lease),
@@ -473,13 +486,8 @@ func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.Lea
 			held, ready := f.AcquireWait(c, now)
 			return ready, held.LeaseExpiresAt
 		},
-		try:   try,
-		final: final,
-		next: func(now int64) fsm.Command {
-			n := *c
-			n.Now = now
-			return &n
-		},
+		final: func(res opResult) bool { return res.lease == nil || res.lease.Outcome != fsm.LeaseHeld },
+		next:  next,
 		expire: func() opResult {
 			// The holder, read linearizably: a deposed leader must not
 			// answer "held" from its stale state.
@@ -491,8 +499,7 @@ func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.Lea
 			if !ready {
 				return opResult{lease: &held}
 			}
-			res, _ := try()
-			return res
+			return s.propose(ctx, next(s.node.Now()))
 		},
 	})
 }

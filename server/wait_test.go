@@ -21,6 +21,9 @@ func TestWaitRoomsServeInArrivalOrder(t *testing.T) {
 	k := leaseRoom(secret.Hash{1})
 	next := func(int64) fsm.Command { return &fsm.LeaseAcquire{} }
 	a, b, c := r.join(k, next), r.join(k, next), r.join(k, next)
+	if r.empty() {
+		t.Fatal("rooms with waiters report empty")
+	}
 	if !r.first(k, a) || r.first(k, b) || r.waiting(waitLease) != 3 {
 		t.Fatal("the first to join is not first")
 	}
@@ -46,7 +49,7 @@ func TestWaitRoomsServeInArrivalOrder(t *testing.T) {
 		t.Fatal("a waiter behind the first leaving wakes nobody")
 	}
 	r.leave(k, b)
-	if r.waiting(waitLease) != 0 || len(r.rooms) != 0 {
+	if r.waiting(waitLease) != 0 || len(r.rooms) != 0 || !r.empty() {
 		t.Fatal("empty rooms are dropped")
 	}
 	// A job's room wakes every waiter, and takes no hand-over.
@@ -58,25 +61,30 @@ func TestWaitRoomsServeInArrivalOrder(t *testing.T) {
 	}
 }
 
-func TestHandoverRooms(t *testing.T) {
-	q, l := secret.ID{7}, secret.Hash{8}
+func TestFreedRooms(t *testing.T) {
+	q, j, l := secret.ID{7}, secret.ID{9}, secret.Hash{8}
 	for _, c := range []struct {
 		cmd  fsm.Command
-		room waitKey
+		want freed
 		ok   bool
 	}{
-		{&fsm.LeaseRelease{Lease: l}, leaseRoom(l), true},
-		{&fsm.LeaseComplete{Lease: l}, leaseRoom(l), true},
-		{&fsm.JobEnqueue{Queue: q}, claimRoom(q), true},
-		{&fsm.JobRetry{Queue: q}, claimRoom(q), true},
-		{&fsm.JobRelease{Queue: q}, claimRoom(q), true},
-		{&fsm.JobRelease{Queue: q, DelaySeconds: 5}, waitKey{}, false},
-		{&fsm.JobAck{Queue: q}, waitKey{}, false},
-		{&fsm.LeaseAcquire{Lease: l}, waitKey{}, false},
+		{&fsm.LeaseRelease{Lease: l}, freed{room: leaseRoom(l), handover: true}, true},
+		{&fsm.LeaseComplete{Lease: l}, freed{room: leaseRoom(l), handover: true}, true},
+		{&fsm.JobEnqueue{Queue: q}, freed{room: claimRoom(q), handover: true}, true},
+		{&fsm.JobRetry{Queue: q}, freed{room: claimRoom(q), handover: true}, true},
+		{&fsm.JobRelease{Queue: q, Job: j}, freed{room: claimRoom(q), handover: true, job: jobRoom(q, j)}, true},
+		{&fsm.JobRelease{Queue: q, Job: j, DelaySeconds: 5}, freed{room: claimRoom(q), job: jobRoom(q, j)}, true},
+		{&fsm.JobAck{Queue: q, Job: j}, freed{job: jobRoom(q, j)}, true},
+		{&fsm.LeaseAcquire{Lease: l}, freed{}, false},
+		{&fsm.JobClaim{Queue: q}, freed{}, false},
 	} {
-		room, ok := handoverRoom(c.cmd)
-		if ok != c.ok || ok && room != c.room {
-			t.Errorf("%T: room %v %v, want %v %v", c.cmd, room, ok, c.room, c.ok)
+		got, ok := freedBy(c.cmd)
+		if ok != c.ok || got != c.want {
+			t.Errorf("%T: %+v %v, want %+v %v", c.cmd, got, ok, c.want, c.ok)
 		}
+	}
+	if !succeeded(opResult{lease: &fsm.LeaseResult{Outcome: fsm.LeaseReleased}}) || succeeded(opResult{lease: &fsm.LeaseResult{Outcome: fsm.LeaseLost}}) ||
+		!succeeded(opResult{queue: &fsm.QueueResult{Outcome: fsm.JobCreated}}) || succeeded(opResult{queue: &fsm.QueueResult{Outcome: fsm.JobDeduplicated}}) {
+		t.Error("succeeded does not tell a freeing outcome from another")
 	}
 }

@@ -231,17 +231,26 @@ func leaseFill(ctx context.Context, c *client.Client, w *benchWorker) error {
 	return callJSON(ctx, c, http.MethodPost, "/lease", "", map[string]any{"namespace": w.ns, "key": key, "ttl_seconds": 86400}, nil)
 }
 
-func queueCycle(ctx context.Context, c *client.Client, w *benchWorker) error {
+// nextJob returns the worker's queue for its next job, creating a queue
+// per 100 jobs (the job limit), and counts the job.
+func (w *benchWorker) nextJob(ctx context.Context, c *client.Client) (*queueCreated, error) {
 	if w.queue == nil || w.used >= 100 {
 		var q queueCreated
 		if err := callJSON(ctx, c, http.MethodPost, "/queue", "", map[string]any{}, &q); err != nil {
-			return err
+			return nil, err
 		}
 		w.queue, w.used = &q, 0
 	}
 	w.used++
 	w.n++
-	q := w.queue
+	return w.queue, nil
+}
+
+func queueCycle(ctx context.Context, c *client.Client, w *benchWorker) error {
+	q, err := w.nextJob(ctx, c)
+	if err != nil {
+		return err
+	}
 	if err := callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken,
 		map[string]any{"job_key": fmt.Sprintf("job-%d", w.n), "payload": map[string]int{"n": w.n}}, nil); err != nil {
 		return err
@@ -253,8 +262,7 @@ func queueCycle(ctx context.Context, c *client.Client, w *benchWorker) error {
 	if ans.Job == nil {
 		return errors.New("claim found no job")
 	}
-	err := callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs/"+ans.Job.JobID+"/ack", q.WorkerToken, map[string]string{"receipt": ans.Job.Receipt}, nil)
-	return err
+	return callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs/"+ans.Job.JobID+"/ack", q.WorkerToken, map[string]string{"receipt": ans.Job.Receipt}, nil)
 }
 
 // benchUsage documents the settings a queue run needs.

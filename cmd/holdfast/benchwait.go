@@ -44,16 +44,10 @@ func (h *hotKey) cycle(ctx context.Context, c *client.Client, _ *benchWorker) er
 // waiting on it, then an enqueue; the sample is the time from the
 // enqueue's answer to the waiting claim's (0 when the claim's came first).
 func claimWake(ctx context.Context, c *client.Client, w *benchWorker) error {
-	if w.queue == nil || w.used >= 100 {
-		var q queueCreated
-		if err := callJSON(ctx, c, http.MethodPost, "/queue", "", map[string]any{}, &q); err != nil {
-			return err
-		}
-		w.queue, w.used = &q, 0
+	q, err := w.nextJob(ctx, c)
+	if err != nil {
+		return err
 	}
-	w.used++
-	w.n++
-	q := w.queue
 	type claimed struct {
 		ans jobAnswer
 		at  time.Time
@@ -68,7 +62,7 @@ func claimWake(ctx context.Context, c *client.Client, w *benchWorker) error {
 		got <- a
 	}()
 	time.Sleep(20 * time.Millisecond) // let the claim reach the leader and wait there
-	err := callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken,
+	err = callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken,
 		map[string]any{"job_key": fmt.Sprintf("job-%d", w.n), "payload": map[string]int{"n": w.n}}, nil)
 	enqueued := time.Now()
 	a := <-got
