@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,56 @@ const (
 	// from an authenticated peer.
 	clientIPHeader = "X-Holdfast-Client-Ip"
 )
+
+// TimeoutHeader is the header in which a client says how many milliseconds
+// it will wait for this answer. A node that waits for a leader gives up in
+// time to answer 503 not_applied before the client's deadline, so the client
+// learns that nothing happened instead of an unknown outcome.
+const TimeoutHeader = "X-Holdfast-Timeout"
+
+// maxTimeoutHeader is the largest TimeoutHeader value (one hour).
+const maxTimeoutHeader = 3_600_000
+
+// callerDeadlineKey holds, in a request's context, the time by which a node
+// waiting for a leader stops waiting: the caller's TimeoutHeader less the
+// time its answer needs to travel back.
+type callerDeadlineKey struct{}
+
+// callerTimeout reads TimeoutHeader into the request's context; a value that
+// is not a whole number of milliseconds from 1 to maxTimeoutHeader is a 400.
+func callerTimeout() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		v := c.GetHeader(TimeoutHeader)
+		if v == "" {
+			c.Next()
+			return
+		}
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 1 || ms > maxTimeoutHeader {
+			errReply(http.StatusBadRequest, TimeoutHeader+": must be a whole number of milliseconds from 1 to "+strconv.Itoa(maxTimeoutHeader),
+				gin.H{"field": TimeoutHeader}).write(c)
+			return
+		}
+		budget := time.Duration(ms) * time.Millisecond
+		until := time.Now().Add(budget - min(budget/5, answerMargin))
+		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), callerDeadlineKey{}, until))
+		c.Next()
+	}
+}
+
+// answerMargin is the most of a caller's timeout kept for its answer's way
+// back.
+const answerMargin = 250 * time.Millisecond
+
+// leaderWaitUntil is when waiting for a leader (or for this leader to be
+// ready) ends: after LeaderWait, or earlier at the caller's deadline.
+func (s *Server) leaderWaitUntil(ctx context.Context) time.Time {
+	until := time.Now().Add(s.cfg.LeaderWait)
+	if d, ok := ctx.Value(callerDeadlineKey{}).(time.Time); ok && d.Before(until) {
+		return d
+	}
+	return until
+}
 
 // mayWait reports whether requests of the route may wait (wait_seconds).
 func mayWait(route string) bool {
@@ -114,13 +165,13 @@ func (s *Server) leaderTarget(ctx context.Context, forwarded bool) (local bool, 
 	return false, "", &r
 }
 
-// waitReady waits, for at most LeaderWait, until this node is a ready
+// waitReady waits, until leaderWaitUntil, for this node to be a ready
 // leader. It returns false at once if the node stops leading.
 func (s *Server) waitReady(ctx context.Context) bool {
 	if s.node.IsReadyLeader() {
 		return true
 	}
-	deadline := time.Now().Add(s.cfg.LeaderWait)
+	deadline := s.leaderWaitUntil(ctx)
 	for !s.node.IsReadyLeader() {
 		if !s.node.IsLeader() || time.Now().After(deadline) {
 			return false
@@ -134,10 +185,10 @@ func (s *Server) waitReady(ctx context.Context) bool {
 	return true
 }
 
-// waitForLeader polls for a leader's HTTP address, for at most LeaderWait.
+// waitForLeader polls for a leader's HTTP address until leaderWaitUntil.
 // It returns "" if none is found or this node became the leader.
 func (s *Server) waitForLeader(ctx context.Context) string {
-	deadline := time.Now().Add(s.cfg.LeaderWait)
+	deadline := s.leaderWaitUntil(ctx)
 	for {
 		if s.node.IsLeader() {
 			return ""
@@ -219,6 +270,10 @@ func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leader
 	}
 	out.Header.Set(forwardedHeader, s.node.ID())
 	out.Header.Set(clientIPHeader, req.clientIP)
+	if d, ok := ctx.Value(callerDeadlineKey{}).(time.Time); ok {
+		// The leader learns what is left of the caller's time.
+		out.Header.Set(TimeoutHeader, strconv.FormatInt(max(time.Until(d).Milliseconds(), 1), 10))
+	}
 	if key := s.node.ClusterKey(); key != "" {
 		out.Header.Set(cluster.KeyHeader, key)
 	}

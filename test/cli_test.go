@@ -7,6 +7,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -598,7 +601,9 @@ func TestCLITLS(t *testing.T) {
 }
 
 // TestCLITryLater: a 429 (the queue quota) and a 503 (no leader) both exit
-// 3, the 429 saying how many seconds to wait.
+// 3, the 429 saying how many seconds to wait. Without a leader the CLI's
+// timeout reaches the node (X-Holdfast-Timeout), which stops waiting for a
+// leader in time to answer "nothing was changed" before the CLI gives up.
 func TestCLITryLater(t *testing.T) {
 	c := env.NewCluster(t, 3, harness.Options{})
 	c.StartBootstrap()
@@ -611,12 +616,61 @@ func TestCLITryLater(t *testing.T) {
 	if !strings.Contains(r.stderr, "HTTP 429") || !regexp.MustCompile(`retry in \d+ seconds`).MatchString(r.stderr) {
 		t.Errorf("the second queue over a quota of one: %s", r)
 	}
+	for _, v := range []string{"0", "-5", "1.5", "soon", "3600001"} {
+		status, body := timeoutHeaderAcquire(t, c, leader, v, 5*time.Second)
+		if status != http.StatusBadRequest || !strings.Contains(body, `"field":"X-Holdfast-Timeout"`) {
+			t.Errorf("X-Holdfast-Timeout: %s: HTTP %d %s, want a 400 naming the header", v, status, body)
+		}
+	}
 	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
 	for _, n := range harness.Except(c.Nodes(), leader) {
 		c.Stop(n)
 	}
+	c.Eventually("the leader without a quorum steps down", func() error {
+		st, err := leader.Status()
+		if err != nil {
+			return err
+		}
+		if st.State == "leader" || st.LeaderID != "" {
+			return fmt.Errorf("state %s, leader %q", st.State, st.LeaderID)
+		}
+		return nil
+	})
+	// The node waits for a leader for up to 3 s, as long as the CLI's
+	// timeout: it answers first all the same.
 	r = cli.want(3, []string{"HOLDFAST_NAMESPACE=" + ns}, "lease", "acquire", "--key", "k", "--timeout", "3s")
-	if !strings.Contains(r.stderr, "HTTP 503") {
-		t.Errorf("an acquire without a quorum: %s", r)
+	if !strings.Contains(r.stderr, "HTTP 503") || !strings.Contains(r.stderr, "nothing was changed") {
+		t.Errorf("an acquire without a leader: %s", r)
 	}
+	// A caller's shorter timeout shortens the wait; the answer says
+	// nothing was applied.
+	status, body := timeoutHeaderAcquire(t, c, leader, "1500", 1500*time.Millisecond)
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, `"outcome":"not_applied"`) {
+		t.Errorf("an acquire without a leader, X-Holdfast-Timeout 1500: HTTP %d %s", status, body)
+	}
+}
+
+// timeoutHeaderAcquire sends an acquire with X-Holdfast-Timeout v to n,
+// waiting for its answer at most wait, and returns the status and body.
+func timeoutHeaderAcquire(t *testing.T, c *harness.Cluster, n *harness.Node, v string, wait time.Duration) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL("/services/v1/lease"),
+		strings.NewReader(`{"key":"tXq9Lm2ZpR7vKc4WnB8yHd3Fj6GsA1eU0oIwQ5rT","ttl_seconds":10}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Holdfast-Timeout", v)
+	resp, err := c.Client().Do(req)
+	if err != nil {
+		t.Fatalf("acquire with X-Holdfast-Timeout %s: %v", v, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read the answer: %v", err)
+	}
+	return resp.StatusCode, string(b)
 }

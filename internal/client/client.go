@@ -47,6 +47,19 @@ const maxBody = 4 << 20
 // node gave a Retry-After.
 const minRoundPause = 200 * time.Millisecond
 
+// minAttempt is the least time left for which Do sends a request again once
+// it holds an answer: an attempt the deadline cuts short would end in an
+// unknown outcome instead of that answer.
+const minAttempt = 100 * time.Millisecond
+
+// TimeoutHeader carries, on every attempt, the milliseconds left before the
+// call's deadline: a node waiting for a leader answers 503 not_applied
+// before then instead of letting the deadline cut the attempt short.
+const TimeoutHeader = "X-Holdfast-Timeout"
+
+// maxTimeoutHeader is the largest TimeoutHeader value a node accepts.
+const maxTimeoutHeader = 3_600_000
+
 // Config says where the nodes are and how to reach them.
 type Config struct {
 	// Addrs are the nodes' HTTP addresses: host:port, or URLs with a scheme.
@@ -296,6 +309,9 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		if ctx.Err() != nil {
 			return giveUp(last, lastErr, ctx.Err())
 		}
+		if d, ok := ctx.Deadline(); ok && (last != nil || lastErr != nil) && time.Until(d) < minAttempt {
+			return giveUp(last, lastErr, context.DeadlineExceeded)
+		}
 		i := int(c.cur.Load()) % len(c.bases)
 		resp, err := c.send(ctx, c.bases[i], req)
 		// A read never takes effect; any other request may have, unless it
@@ -395,6 +411,9 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 	}
 	if req.Token != "" {
 		hr.Header.Set("Authorization", "Bearer "+req.Token)
+	}
+	if d, ok := ctx.Deadline(); ok {
+		hr.Header.Set(TimeoutHeader, strconv.FormatInt(min(max(time.Until(d).Milliseconds(), 1), maxTimeoutHeader), 10))
 	}
 	if req.Operator && c.key != "" {
 		hr.Header.Set("X-Holdfast-Cluster-Key", c.key)

@@ -9,7 +9,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -331,5 +333,41 @@ func TestDeadlineBeforeTheRequestIsNotUnknown(t *testing.T) {
 	_, err = c.Do(context.Background(), post)
 	if err == nil || errors.Is(err, ErrUnknown) {
 		t.Fatalf("Do against a silent TLS endpoint: %v; want a failure that is not an unknown outcome", err)
+	}
+}
+
+// TestTimeoutHeaderLetsTheNodeAnswerFirst: every attempt says how much of the
+// call's time is left, and a node that uses all of it but the margin to
+// answer "not applied" (as one waiting for a leader does) gets that answer
+// through: the call ends with the 503, not with an unknown outcome.
+func TestTimeoutHeaderLetsTheNodeAnswerFirst(t *testing.T) {
+	var budgets []int64
+	var mu sync.Mutex
+	n := newNode(t, func(_ int64, w http.ResponseWriter, r *http.Request) {
+		ms, err := strconv.ParseInt(r.Header.Get(TimeoutHeader), 10, 64)
+		if err != nil || ms < 1 {
+			answer(w, http.StatusBadRequest, "", `{"ok":false}`)
+			return
+		}
+		mu.Lock()
+		budgets = append(budgets, ms)
+		mu.Unlock()
+		time.Sleep(time.Duration(ms)*time.Millisecond - min(time.Duration(ms)*time.Millisecond/5, 250*time.Millisecond))
+		answer(w, http.StatusServiceUnavailable, "", notApplied)
+	})
+	c := mustNew(t, Config{Addrs: []string{n.URL}, Timeout: 1500 * time.Millisecond})
+	resp, err := c.Do(context.Background(), post)
+	if err != nil || resp.Outcome() != "not_applied" {
+		t.Fatalf("Do = %v, %v; want the 503 not_applied", resp, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(budgets) == 0 || budgets[0] > 1500 || budgets[0] < 1000 {
+		t.Fatalf("X-Holdfast-Timeout values %v; the first should be what is left of 1500 ms", budgets)
+	}
+	for i := 1; i < len(budgets); i++ {
+		if budgets[i] >= budgets[i-1] || budgets[i] < minAttempt.Milliseconds() {
+			t.Fatalf("X-Holdfast-Timeout values %v: each attempt should get less, and none less than %v", budgets, minAttempt)
+		}
 	}
 }
