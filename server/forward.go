@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/internal/client"
 )
 
 // Headers a follower adds when it forwards a request to the leader.
@@ -24,33 +25,31 @@ const (
 	clientIPHeader = "X-Holdfast-Client-Ip"
 )
 
-// TimeoutHeader is the header in which a client says how many milliseconds
-// it will wait for this answer. A node that waits for a leader gives up in
-// time to answer 503 not_applied before the client's deadline, so the client
-// learns that nothing happened instead of an unknown outcome.
-const TimeoutHeader = "X-Holdfast-Timeout"
-
-// maxTimeoutHeader is the largest TimeoutHeader value (one hour).
-const maxTimeoutHeader = 3_600_000
-
 // callerDeadlineKey holds, in a request's context, the time by which a node
-// waiting for a leader stops waiting: the caller's TimeoutHeader less the
+// waiting for a leader stops waiting: the caller's client.TimeoutHeader less the
 // time its answer needs to travel back.
 type callerDeadlineKey struct{}
 
-// callerTimeout reads TimeoutHeader into the request's context; a value that
-// is not a whole number of milliseconds from 1 to maxTimeoutHeader is a 400.
-func callerTimeout() gin.HandlerFunc {
+// callerTimeout checks client.TimeoutHeader, the milliseconds a client will
+// wait for its answer (a value that is not a whole number from 1 to
+// client.MaxTimeoutMillis is a 400), and puts the caller's deadline into the
+// request's context where this node might wait for a leader: a ready leader
+// never does, so its requests go on unchanged.
+func (s *Server) callerTimeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		v := c.GetHeader(TimeoutHeader)
+		v := c.GetHeader(client.TimeoutHeader)
 		if v == "" {
 			c.Next()
 			return
 		}
 		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 1 || ms > maxTimeoutHeader {
-			errReply(http.StatusBadRequest, TimeoutHeader+": must be a whole number of milliseconds from 1 to "+strconv.Itoa(maxTimeoutHeader),
-				gin.H{"field": TimeoutHeader}).write(c)
+		if err != nil || ms < 1 || ms > client.MaxTimeoutMillis {
+			errReply(http.StatusBadRequest, client.TimeoutHeader+": must be a whole number of milliseconds from 1 to "+strconv.Itoa(client.MaxTimeoutMillis),
+				gin.H{"field": client.TimeoutHeader}).write(c)
+			return
+		}
+		if s.node.IsReadyLeader() {
+			c.Next()
 			return
 		}
 		budget := time.Duration(ms) * time.Millisecond
@@ -272,7 +271,7 @@ func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leader
 	out.Header.Set(clientIPHeader, req.clientIP)
 	if d, ok := ctx.Value(callerDeadlineKey{}).(time.Time); ok {
 		// The leader learns what is left of the caller's time.
-		out.Header.Set(TimeoutHeader, strconv.FormatInt(max(time.Until(d).Milliseconds(), 1), 10))
+		out.Header.Set(client.TimeoutHeader, strconv.FormatInt(max(time.Until(d).Milliseconds(), 1), 10))
 	}
 	if key := s.node.ClusterKey(); key != "" {
 		out.Header.Set(cluster.KeyHeader, key)

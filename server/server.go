@@ -81,7 +81,7 @@ func New(cfg Config) *Server {
 	s.engine.HandleMethodNotAllowed = true
 	s.engine.RedirectTrailingSlash = false
 	s.engine.RedirectFixedPath = false
-	s.engine.Use(s.recoverJSON(), s.metrics.observe(), s.logRequests(), callerTimeout())
+	s.engine.Use(s.recoverJSON(), s.metrics.observe(), s.logRequests(), s.callerTimeout())
 	s.engine.GET("/metrics", s.metrics.handler())
 	s.engine.NoRoute(func(c *gin.Context) { fail(c, http.StatusNotFound, "no such endpoint") })
 	s.engine.NoMethod(func(c *gin.Context) { fail(c, http.StatusMethodNotAllowed, "method not allowed on this endpoint") })

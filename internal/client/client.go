@@ -57,8 +57,9 @@ const minAttempt = 100 * time.Millisecond
 // before then instead of letting the deadline cut the attempt short.
 const TimeoutHeader = "X-Holdfast-Timeout"
 
-// maxTimeoutHeader is the largest TimeoutHeader value a node accepts.
-const maxTimeoutHeader = 3_600_000
+// MaxTimeoutMillis is the largest TimeoutHeader value a node accepts (one
+// hour).
+const MaxTimeoutMillis = 3_600_000
 
 // Config says where the nodes are and how to reach them.
 type Config struct {
@@ -413,7 +414,7 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 		hr.Header.Set("Authorization", "Bearer "+req.Token)
 	}
 	if d, ok := ctx.Deadline(); ok {
-		hr.Header.Set(TimeoutHeader, strconv.FormatInt(min(max(time.Until(d).Milliseconds(), 1), maxTimeoutHeader), 10))
+		hr.Header.Set(TimeoutHeader, strconv.FormatInt(min(max(time.Until(d).Milliseconds(), 1), MaxTimeoutMillis), 10))
 	}
 	if req.Operator && c.key != "" {
 		hr.Header.Set("X-Holdfast-Cluster-Key", c.key)
