@@ -219,7 +219,7 @@ func (n *Node) openLog() error {
 			return nil
 		}
 	}
-	wal, err := raftlog.Open(path, raftlog.Options{Warn: n.log.Named("raftlog").Warn})
+	wal, err := raftlog.Open(path, raftlog.Options{Warn: n.log.Named("raftlog").Warn, Manifest: boltManifest{n.store}})
 	if err != nil {
 		return fmt.Errorf("open raft log %s: %w", path, err)
 	}
