@@ -230,6 +230,7 @@ var (
 		"heartbeat timeout reached, starting election",
 		"Election timeout reached, restarting election",
 		"pre-vote campaign failed, waiting for election timeout",
+		"pre-vote successful, starting election",
 	}
 	snapshotFaultLines = []string{
 		"failed to take snapshot",

@@ -359,3 +359,50 @@ func TestTypedLogKeepsTheStoreError(t *testing.T) {
 		})
 	}
 }
+
+// flakySnapshots fails Create while *fail is set.
+type flakySnapshots struct {
+	raft.SnapshotStore
+	fail *bool
+}
+
+func (f *flakySnapshots) Create(v raft.SnapshotVersion, index, term uint64, c raft.Configuration, ci uint64, tr raft.Transport) (raft.SnapshotSink, error) {
+	if *f.fail {
+		return nil, fmt.Errorf("create snapshot: %w", syscall.ENOSPC)
+	}
+	return f.SnapshotStore.Create(v, index, term, c, ci, tr)
+}
+
+// TestSnapshotEpisode: a snapshot that cannot be made starts a snapshots
+// fault, and the next snapshot closed successfully ends it.
+func TestSnapshotEpisode(t *testing.T) {
+	h, buf, _ := testHealth(t)
+	fail := true
+	s := &watchedSnapshots{SnapshotStore: &flakySnapshots{SnapshotStore: raft.NewInmemSnapshotStore(), fail: &fail}, health: h}
+	if _, err := s.Create(raft.SnapshotVersionMax, 10, 1, raft.Configuration{}, 1, nil); err == nil {
+		t.Fatal("the failing Create succeeded")
+	}
+	if st := h.status(); st.OK || st.Faults[0].Kind != StorageSnapshots {
+		t.Fatalf("status after a failed snapshot %+v", st)
+	}
+	fail = false
+	sink, err := s.Create(raft.SnapshotVersionMax, 11, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.status().OK {
+		t.Fatalf("a snapshot being written ends the fault before it is closed")
+	}
+	if _, err := sink.Write([]byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.status(); !st.OK {
+		t.Fatalf("status after a snapshot closed successfully %+v", st)
+	}
+	if !strings.Contains(buf.String(), "kind=snapshots") || !strings.Contains(buf.String(), "storage fault over") {
+		t.Errorf("the snapshots episode is not logged:\n%s", buf)
+	}
+}

@@ -288,6 +288,23 @@ func expectReportsFault(t *testing.T, node *harness.Node) {
 	}
 }
 
+// expectBehind checks that victim's log is behind leader's: it could not
+// take every entry while its disk was full.
+func expectBehind(t *testing.T, victim, leader *harness.Node) {
+	t.Helper()
+	vs, err := victim.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := leader.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs.LastLogIndex >= ls.LastLogIndex {
+		t.Errorf("%s's log reaches %d, the leader's %d: its disk was not full", victim.ID, vs.LastLogIndex, ls.LastLogIndex)
+	}
+}
+
 // waitFault writes through via until victim reports a storage fault.
 func (w *jobWriter) waitFault(via, victim *harness.Node) {
 	w.t.Helper()
@@ -361,6 +378,7 @@ func TestDiskFullFollower(t *testing.T) {
 	if now, err := d.c.LeaderOf(); err != nil || now != leader {
 		t.Errorf("leadership moved while a follower's disk was full: %v %v", now, err)
 	}
+	expectBehind(t, victim, leader)
 	expectReportsFault(t, victim)
 
 	d.free(victim)
@@ -386,18 +404,23 @@ func TestDiskFullLeader(t *testing.T) {
 	// Through a follower, until another node leads.
 	deadline := time.Now().Add(60 * time.Second)
 	var stepped time.Time
+	refused := 0
 	for stepped.IsZero() {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still leads after %d jobs on a full disk", victim.ID, w.n)
 		}
 		a := w.enqueue(others[0])
-		if a.status == http.StatusInsufficientStorage && (a.nodeID != victim.ID || a.storage != "raft-log") {
-			t.Errorf("507 naming %q %q, want the full leader %s's raft-log: %+v", a.nodeID, a.storage, victim.ID, a.body)
+		if a.status == http.StatusInsufficientStorage {
+			refused++
+			if a.nodeID != victim.ID || a.storage != "raft-log" {
+				t.Errorf("507 naming %q %q, want the full leader %s's raft-log: %+v", a.nodeID, a.storage, victim.ID, a.body)
+			}
 		}
 		if l, err := d.c.LeaderOf(others...); err == nil && l != victim {
 			stepped = time.Now()
 		}
 	}
+	t.Logf("%s stepped down after %d jobs; %d answered 507 naming its storage", victim.ID, w.n, refused)
 	// A new leader serves within a few seconds.
 	served := false
 	for time.Since(stepped) < 10*time.Second && !served {
@@ -411,16 +434,21 @@ func TestDiskFullLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	// While full, the old leader takes part in no election: the new leader
-	// and its term stay, and writes keep being served.
+	// and its term stay, and writes keep being served, for several election
+	// timeouts and more entries than its disk has room for.
 	before, err := leader.Status()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 2 * segmentSize / jobPayload {
-		if a := w.enqueue(others[0]); a.status != http.StatusCreated {
+	for start, n := time.Now(), 0; n < 2*segmentSize/jobPayload || time.Since(start) < 3*time.Second; n++ {
+		if a := w.enqueue(others[n%2]); a.status != http.StatusCreated {
 			t.Fatalf("a write while the old leader's disk is full: HTTP %d %+v", a.status, a.body)
 		}
+		if st, err := victim.Status(); err != nil || st.State == "leader" || st.State == "candidate" && st.Term > before.Term {
+			t.Fatalf("the full node runs for leader: %+v %v", st, err)
+		}
 	}
+	expectBehind(t, victim, leader)
 	for _, n := range d.c.Nodes() {
 		st, err := n.Status()
 		if err != nil {
