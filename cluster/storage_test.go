@@ -350,7 +350,7 @@ func TestTypedLogKeepsTheStoreError(t *testing.T) {
 			if !errors.Is(got, tc.err) {
 				t.Fatalf("StoreLog: %v, want the store's error %v", got, tc.err)
 			}
-			n := &Node{cfg: Config{NodeID: "n1"}}
+			n := &Node{cfg: Config{NodeID: "n1"}, storage: newStorageHealth(t.TempDir(), hclog.NewNullLogger(), time.Now)}
 			mapped := n.proposalError(got)
 			var se *StorageError
 			if !errors.As(mapped, &se) || se.NodeID != "n1" || se.Kind != StorageLog || errors.Is(mapped, ErrOutcomeUnknown) != tc.unknown {
@@ -404,5 +404,23 @@ func TestSnapshotEpisode(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "kind=snapshots") || !strings.Contains(buf.String(), "storage fault over") {
 		t.Errorf("the snapshots episode is not logged:\n%s", buf)
+	}
+}
+
+// TestOtherAppendFailureIsUnknown: an append that failed for another reason
+// than space (it may have written part of the entry) is of unknown outcome,
+// and names the node's storage while its log fails.
+func TestOtherAppendFailureIsUnknown(t *testing.T) {
+	h, _, _ := testHealth(t)
+	n := &Node{cfg: Config{NodeID: "n1"}, storage: h}
+	eio := fmt.Errorf("raftlog: append: %w: %w", raftlog.ErrStorage, syscall.EIO)
+	h.report(StorageLog, eio)
+	got := n.proposalError(errors.New("unable to store logs within log store, err: \"...\""))
+	var se *StorageError
+	if !errors.Is(got, ErrOutcomeUnknown) || !errors.As(got, &se) || se.Reason() != syscall.EIO.Error() {
+		t.Errorf("proposalError during a log fault: %v", got)
+	}
+	if c := n.Counters(); c.Proposals["outcome_unknown"] != 1 || c.Proposals["storage"] != 0 {
+		t.Errorf("counters %v", c.Proposals)
 	}
 }
