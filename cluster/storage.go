@@ -3,7 +3,6 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -493,8 +492,6 @@ func (s *watchedSink) Close() error {
 	s.health.report(StorageSnapshots, err)
 	return err
 }
-
-var _ io.WriteCloser = (*watchedSink)(nil)
 
 // Storage returns this node's storage condition.
 func (n *Node) Storage() StorageStatus { return n.storage.status() }
