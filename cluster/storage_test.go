@@ -424,3 +424,45 @@ func TestOtherAppendFailureIsUnknown(t *testing.T) {
 		t.Errorf("counters %v", c.Proposals)
 	}
 }
+
+// TestNodeReportsStorage: on a running node, a storage fault shows in
+// Ready (naming the data dir), Status and WriteFault, and ends with the
+// store's report that it writes again; a poisoned log closes Fatal.
+func TestNodeReportsStorage(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, testConfig(t, "n1", dir, true))
+	waitReadyLeader(t, n)
+	if st := n.Status().Storage; !st.OK || st.DataDir != dir || len(st.Faults) != 0 {
+		t.Fatalf("healthy status %+v", st)
+	}
+	n.storage.report(StorageLog, noSpace(dir+"/raft-log/next-segment.tmp"))
+	ok, why := n.Ready()
+	if ok || !strings.Contains(why, "storage fault") || !strings.Contains(why, dir) || !strings.Contains(why, StorageLog) {
+		t.Errorf("Ready during a fault: %v %q", ok, why)
+	}
+	if st := n.Status(); st.Ready || st.Storage.OK || st.Storage.Faults[0].Kind != StorageLog {
+		t.Errorf("status during a fault %+v", st)
+	}
+	if se := n.WriteFault(); se == nil || se.NodeID != "n1" {
+		t.Errorf("write fault %#v", se)
+	}
+	n.storage.report(StorageLog, nil)
+	waitFor(t, "ready again", 5*time.Second, func() bool { ok, _ := n.Ready(); return ok })
+	select {
+	case <-n.Fatal():
+		t.Fatal("fatal without a poisoned store")
+	default:
+	}
+	n.storage.report(StorageLog, fmt.Errorf("raftlog: sync: %w: %w", raftlog.ErrPoisoned, syscall.EIO))
+	select {
+	case <-n.Fatal():
+	default:
+		t.Fatal("a poisoned log does not stop the node")
+	}
+	if err := n.FatalErr(); !errors.Is(err, raftlog.ErrPoisoned) {
+		t.Errorf("FatalErr %v", err)
+	}
+	if ok, why := n.Ready(); ok || !strings.Contains(why, "stopping") {
+		t.Errorf("Ready after poisoning: %v %q", ok, why)
+	}
+}
