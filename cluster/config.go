@@ -61,6 +61,10 @@ type Config struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
+	// LogSegmentSize is the size of the Raft log's segment files (default
+	// raftlog.DefaultSegmentSize, 16 MiB). Tests of a full disk make it
+	// small, so a few hundred entries need a new segment.
+	LogSegmentSize int64
 	// MaxAppendEntries bounds how many entries are written and sent together
 	// (default 256); together with batching it is the group commit.
 	MaxAppendEntries int

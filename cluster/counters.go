@@ -36,7 +36,7 @@ func (c *counters) sweep(r *fsm.SweepResult) {
 
 // Counters is a copy of the node's cumulative counters.
 type Counters struct {
-	// Proposals counts proposals by outcome: applied, not_leader, busy, outcome_unknown.
+	// Proposals counts proposals by outcome: applied, not_leader, busy, storage, outcome_unknown.
 	Proposals map[string]uint64
 	// Sweeps is the number of sweep entries this node committed as leader.
 	Sweeps uint64

@@ -445,6 +445,8 @@ type Status struct {
 	// StateHash is the SHA-256 of the replicated state, filled in only on request.
 	StateHash string   `json:"state_hash,omitempty"`
 	Nodes     []Member `json:"nodes"`
+	// Storage is this node's ability to write its files.
+	Storage StorageStatus `json:"storage"`
 }
 
 // Status reports this node's view of the cluster. Members come from the Raft
@@ -465,6 +467,7 @@ func (n *Node) Status() Status {
 		HTTPAddr:       n.cfg.HTTPAdvertise,
 		RaftAddr:       n.RaftAddr(),
 		Nodes:          []Member{},
+		Storage:        n.storage.status(),
 	}
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {

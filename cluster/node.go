@@ -32,6 +32,8 @@ type Node struct {
 	logs      raft.LogStore         // the Raft log: a *raftlog.Store, or store
 	snaps     raft.SnapshotStore    // the snapshots, which backups are read from
 	wal       *raftlog.Store        // nil when the log is in bolt
+	watched   *watchedLog           // the log store below Raft's log cache
+	storage   *storageHealth
 
 	notifyCh   chan bool
 	proposeCh  chan *proposal
@@ -64,16 +66,17 @@ func Open(cfg Config) (*Node, error) {
 		proposeCh:  make(chan *proposal, 4*maxBatch),
 		shutdownCh: make(chan struct{}),
 	}
+	n.storage = newStorageHealth(cfg.DataDir, n.log.Named("storage"), cfg.Now)
 	if err := n.openStores(); err != nil {
 		n.closeStores()
 		return nil, err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 3, cfg.Logger.Named("snapshots"))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 3, quietLogger{cfg.Logger.Named("snapshots"), n.storage})
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	n.snaps = snaps
+	n.snaps = &watchedSnapshots{SnapshotStore: snaps, health: n.storage}
 	hasState, err := raft.HasExistingState(n.logs, n.store, snaps)
 	if err != nil {
 		n.closeStores()
@@ -81,12 +84,15 @@ func Open(cfg Config) (*Node, error) {
 	}
 	// The log cache keeps recent entries in memory, so replicating them does
 	// not read them back from disk.
-	logs, err := raft.NewLogCache(1024, n.logs)
+	cache, err := raft.NewLogCache(1024, n.watched)
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("create log cache: %w", err)
 	}
-	r, err := raft.NewRaft(n.raftConfig(), n.fsm, logs, n.store, snaps, n.transport)
+	logs := &typedLog{LogStore: cache, below: n.watched}
+	stable := &stableGuard{StableStore: n.store, self: []byte(n.transport.LocalAddr()), health: n.storage, refuse: n.refuseElections}
+	trans := &voteGate{gatedTransport: n.transport, refuse: n.refuseElections}
+	r, err := raft.NewRaft(n.raftConfig(), n.fsm, logs, stable, n.snaps, trans)
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("start raft: %w", err)
@@ -216,10 +222,16 @@ func (n *Node) openLog() error {
 		if last > 0 {
 			n.log.Info("keeping the raft log in bolt: this data dir was made before the segment log", "last_index", last)
 			n.logs = n.store
+			n.watched = &watchedLog{LogStore: n.store, report: func(err error) { n.storage.outcome(StorageStable, err) }}
 			return nil
 		}
 	}
-	wal, err := raftlog.Open(path, raftlog.Options{Warn: n.log.Named("raftlog").Warn, Manifest: boltManifest{n.store}})
+	wal, err := raftlog.Open(path, raftlog.Options{
+		SegmentSize: n.cfg.LogSegmentSize,
+		Warn:        n.log.Named("raftlog").Warn,
+		Manifest:    boltManifest{n.store},
+		Health:      func(err error) { n.storage.report(StorageLog, err) },
+	})
 	if err == nil {
 		if err = checkTermCoversLog(n.store, wal); err != nil {
 			_ = wal.Close()
@@ -233,6 +245,13 @@ func (n *Node) openLog() error {
 		return fmt.Errorf("open raft log %s: %w", path, err)
 	}
 	n.wal, n.logs = wal, wal
+	n.watched = &watchedLog{LogStore: wal, report: func(err error) {
+		// The store's health callback reports the rest; a poisoned store
+		// is reported here too, so the process stops whichever path saw it.
+		if errors.Is(err, raftlog.ErrPoisoned) {
+			n.storage.report(StorageLog, err)
+		}
+	}}
 	return nil
 }
 
@@ -255,7 +274,7 @@ func (n *Node) closeStores() {
 func (n *Node) raftConfig() *raft.Config {
 	c := raft.DefaultConfig()
 	c.LocalID = raft.ServerID(n.cfg.NodeID)
-	c.Logger = n.cfg.Logger.Named("raft")
+	c.Logger = quietLogger{n.cfg.Logger.Named("raft"), n.storage}
 	c.NotifyCh = n.notifyCh
 	c.BatchApplyCh = true
 	c.MaxAppendEntries = n.cfg.MaxAppendEntries

@@ -347,7 +347,7 @@ func TestMinorityRefuses(t *testing.T) {
 }
 
 func TestProposalErrorMapping(t *testing.T) {
-	n := &Node{}
+	n := &Node{storage: newStorageHealth(t.TempDir(), hclog.NewNullLogger(), time.Now)}
 	cases := []struct {
 		in   error
 		want error

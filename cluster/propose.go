@@ -28,7 +28,8 @@ var (
 // ProposeTimeout, whichever is sooner.
 //
 // Errors: ErrNotLeader or ErrBusy when nothing was written and the request
-// may be retried; ErrOutcomeUnknown (wrapping the cause) when leadership was
+// may be retried; a StorageError when the leader could not append the entry
+// for want of space (nothing was written); ErrOutcomeUnknown (wrapping the cause) when leadership was
 // lost, the deadline passed or the node shut down after the entry may have
 // reached the log.
 func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error) {
@@ -105,6 +106,14 @@ func (n *Node) giveUp(p *proposal, notApplied, cause error) error {
 
 // proposalError maps a Raft future error to this package's errors, counting it.
 func (n *Node) proposalError(err error) error {
+	if se := n.appendError(err); se != nil {
+		if errors.Is(se, ErrOutcomeUnknown) {
+			n.counters.proposal("outcome_unknown")
+		} else {
+			n.counters.proposal("storage")
+		}
+		return se
+	}
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		// Refused before reaching the log: nothing happened.
@@ -118,6 +127,11 @@ func (n *Node) proposalError(err error) error {
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 	}
 	n.counters.proposal("outcome_unknown")
+	if f := n.WriteFault(); f != nil {
+		// The leader's own append failed, not for want of space: it may
+		// have written part of the entry.
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, f)
+	}
 	return fmt.Errorf("%w: unexpected raft error: %w", ErrOutcomeUnknown, err)
 }
 

@@ -31,9 +31,19 @@ func (n *Node) ReadLinearizable(ctx context.Context, read func()) error {
 	return nil
 }
 
-// Ready reports whether this node can serve: a leader is known and this node
-// has applied everything it knows to be committed. The reason says why not.
+// Ready reports whether this node can serve: it can write its files, a
+// leader is known and this node has applied everything it knows to be
+// committed. The reason says why not (a storage fault names the data dir,
+// the kind of file and the error).
 func (n *Node) Ready() (bool, string) {
+	if err := n.FatalErr(); err != nil {
+		return false, fmt.Sprintf("storage failed and the node is stopping: %v", err)
+	}
+	if st := n.storage.status(); !st.OK {
+		f := st.Faults[0]
+		return false, fmt.Sprintf("storage fault: this node cannot write its %s in data dir %s since %s: %s",
+			f.Kind, st.DataDir, time.UnixMilli(f.SinceUnixMs).UTC().Format(time.RFC3339), f.Error)
+	}
 	if _, id := n.raft.LeaderWithID(); id == "" {
 		if n.removed() {
 			return false, "no leader is known and this node is not in the cluster's configuration: if it was removed, stop it, or wipe its data directory and start it with --join to add it again"

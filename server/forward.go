@@ -150,6 +150,12 @@ func (s *Server) leaderTarget(ctx context.Context, forwarded bool) (local bool, 
 			return false, addr, nil
 		}
 		if !s.node.IsLeader() {
+			// A node whose own log cannot be written stays out of
+			// elections: that, not an election, is what to report.
+			if se := s.node.WriteFault(); se != nil {
+				r := storageReply(se)
+				return false, "", &r
+			}
 			r := retryLater("no leader is available (election in progress or no quorum); nothing was changed, retry shortly", "not_applied")
 			return false, "", &r
 		}

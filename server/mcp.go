@@ -34,6 +34,7 @@ const HTTPStatusField = "http_status"
 const mcpInstructions = `holdfast: replicated leases (one worker does a job; fencing tokens stop stale workers) and job queues (at-least-once delivery).
 Every tool result's structured content is the REST API's JSON body plus "http_status", the HTTP status the REST API would answer. isError is true whenever http_status is not 2xx: read "status", "reason" and "error" to decide what to do next.
 http_status 503 with outcome "not_applied": nothing changed, call again after retry_after_seconds. outcome "unknown": the call may or may not have taken effect; read the state, or repeat it only if repeating is safe.
+http_status 507 with "storage": node "node_id" cannot write its files; nothing changed, call again after retry_after_seconds (another node may lead by then).
 Namespaces, lease keys, fingerprints, owner tokens, queue tokens and receipts are secrets: keep them in your own state, never in logs, URLs or job payloads.`
 
 // mcpCallerKey is the context key of the mcpCaller of an MCP request.

@@ -119,12 +119,14 @@ var (
 	descMaxQueues = prometheus.NewDesc("holdfast_max_queues", "The replicated setting max_queues: queues beyond which a creation is refused.", nil, nil)
 	descSweeps    = prometheus.NewDesc("holdfast_sweeps_total", "Sweep entries this node committed as leader.", nil, nil)
 	descSwept     = prometheus.NewDesc("holdfast_swept_total", "What sweeps committed by this node expired, by kind.", []string{"kind"}, nil)
+	descStorageOK = prometheus.NewDesc("holdfast_storage_ok", "1 when this node can write its files (Raft log, raft.db, snapshots); 0 during a storage fault.", nil, nil)
+	descStorageEr = prometheus.NewDesc("holdfast_storage_errors_total", "Storage fault episodes by kind of file (raft-log, raft.db, snapshots): each counts once, from a first failed write until writes work again.", []string{"kind"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descTerm, descCommit, descApplied, descReady, descProposals,
-		descLeases, descHeld, descQueues, descJobs, descMaxLeases, descMaxQueues, descSweeps, descSwept} {
+		descLeases, descHeld, descQueues, descJobs, descMaxLeases, descMaxQueues, descSweeps, descSwept, descStorageOK, descStorageEr} {
 		ch <- d
 	}
 }
@@ -147,9 +149,17 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+	storageOK := 0.0
+	if st.Storage.OK {
+		storageOK = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descStorageOK, prometheus.GaugeValue, storageOK)
+	for kind, v := range c.node.StorageFaults() {
+		ch <- prometheus.MustNewConstMetric(descStorageEr, prometheus.CounterValue, float64(v), kind)
+	}
 
 	cnt := c.node.Counters()
-	for _, o := range []string{"applied", "not_leader", "busy", "outcome_unknown"} {
+	for _, o := range []string{"applied", "not_leader", "busy", "storage", "outcome_unknown"} {
 		ch <- prometheus.MustNewConstMetric(descProposals, prometheus.CounterValue, float64(cnt.Proposals[o]), o)
 	}
 	ch <- prometheus.MustNewConstMetric(descSweeps, prometheus.CounterValue, float64(cnt.Sweeps))

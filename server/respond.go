@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -28,7 +29,13 @@ func invalidReply(err error) reply {
 // mean "nothing was written" are reported as safe to retry; anything else
 // may have taken effect and is reported as outcome unknown.
 func clusterReply(err error) reply {
+	var se *cluster.StorageError
 	switch {
+	case errors.As(err, &se) && errors.Is(err, cluster.ErrOutcomeUnknown):
+		return retryLater(fmt.Sprintf("outcome unknown: node %s could not write its %s (%s); the request may or may not have taken effect; retry it if it is safe to repeat, or read the state to find out",
+			se.NodeID, se.Kind, se.Reason()), "unknown")
+	case errors.As(err, &se):
+		return storageReply(se)
 	case errors.Is(err, cluster.ErrInvalidMember):
 		return invalidReply(err)
 	case errors.Is(err, cluster.ErrUnknownMember):
@@ -43,4 +50,17 @@ func clusterReply(err error) reply {
 		return retryLater("the leader is overloaded; nothing was changed, retry shortly", "not_applied")
 	}
 	return retryLater("outcome unknown: the cluster could not confirm the request; it may or may not have taken effect", "unknown")
+}
+
+// storageReply is a 507 for a request nothing was written for because a
+// node cannot write its files: the leader's append failed for want of
+// space, or this node, with no leader known, cannot write its own log. It
+// names the node and the kind of file; the cluster may serve the request
+// again once another node leads or space is freed.
+func storageReply(se *cluster.StorageError) reply {
+	r := errReply(http.StatusInsufficientStorage,
+		fmt.Sprintf("node %s cannot write its %s (%s): nothing was changed; retry later (the operator must free space on that node)", se.NodeID, se.Kind, se.Reason()),
+		gin.H{"outcome": "not_applied", "node_id": se.NodeID, "storage": se.Kind, "retry_after_seconds": 1})
+	r.RetryAfter = 1
+	return r
 }

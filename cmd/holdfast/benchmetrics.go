@@ -34,7 +34,7 @@ func (o outcomes) minus(before outcomes) string {
 // proposalCounts sums holdfast_proposals_total by outcome over the nodes'
 // /metrics.
 func proposalCounts(hc *http.Client, nodes []string) (outcomes, error) {
-	sum := outcomes{"applied": 0, "busy": 0, "not_leader": 0, "outcome_unknown": 0}
+	sum := outcomes{"applied": 0, "busy": 0, "not_leader": 0, "storage": 0, "outcome_unknown": 0}
 	for _, base := range nodes {
 		resp, err := hc.Get(base + "/metrics")
 		if err != nil {

@@ -21,7 +21,7 @@ const (
 	exitOK       = 0 // success: granted, completed, enqueued, claimed, acked...
 	exitFailed   = 1 // anything else
 	exitUsage    = 2 // bad flags or arguments
-	exitLater    = 3 // held, rate limited, no leader, outcome unknown, empty queue: try later
+	exitLater    = 3 // held, rate limited, no leader, a node's storage failing, outcome unknown, empty queue: try later
 	exitConflict = 4 // the key is bound to another fingerprint, the job key to another payload, or a retried job is not failed
 	exitLost     = 5 // the owner token or receipt no longer holds the lease or claim
 )
@@ -174,6 +174,10 @@ func exitFor(r *client.Response) int {
 	case r.OK():
 		return exitOK
 	case r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable:
+		return exitLater
+	case r.Status == http.StatusInsufficientStorage && r.Object()["storage"] != nil:
+		// A node cannot write its files: nothing happened, and another
+		// node may lead by the time the command runs again.
 		return exitLater
 	case r.Status != http.StatusConflict:
 		return exitFailed

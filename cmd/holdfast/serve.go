@@ -53,6 +53,7 @@ type serveConfig struct {
 	testClockOffset   time.Duration
 	testRaftPeers     string
 	testHTTPPeers     string
+	testSegmentSize   int64
 	tls               serveTLSFlags
 }
 
@@ -86,6 +87,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	c.tls.register(fs)
 	fs.StringVar(&c.testRaftPeers, "test-raft-peer-addrs", "", "TEST ONLY: id=addr,... Raft addresses this node dials for other members (fault proxies)")
 	fs.StringVar(&c.testHTTPPeers, "test-http-peer-addrs", "", "TEST ONLY: id=addr,... HTTP addresses this node dials for other members (fault proxies)")
+	fs.Int64Var(&c.testSegmentSize, "test-log-segment-size", 0, "TEST ONLY: size in bytes of the Raft log's segment files (default 16 MiB; full-disk tests make it small)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -258,6 +260,7 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		Now:               offsetClock(c.testClockOffset),
 		RaftPeerAddrs:     raftPeers,
 		HTTPPeerAddrs:     httpPeers,
+		LogSegmentSize:    c.testSegmentSize,
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -289,9 +292,14 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
 	var runErr error
+	fatal := false
 wait:
 	for {
 		select {
+		case <-node.Fatal():
+			runErr = fmt.Errorf("stopping: %w", node.FatalErr())
+			fatal = true
+			break wait
 		case <-hups:
 			log.Info("SIGHUP: re-reading the TLS files")
 			tlsSet.reload()
@@ -310,6 +318,16 @@ wait:
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
+	if fatal {
+		// Memory and disk may disagree: nothing more is written or
+		// handed over, and requests in flight end with the process.
+		_ = hs.Close()
+		srv.Close()
+		if err := node.Kill(); err != nil {
+			return errors.Join(runErr, fmt.Errorf("node stop: %w", err))
+		}
+		return runErr
+	}
 	// Leadership goes first, so requests keep being served through the new
 	// leader while this node's in-flight requests finish.
 	node.TransferLeadership(ctx)

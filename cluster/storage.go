@@ -1,0 +1,568 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/internal/raftlog"
+)
+
+// The kinds of file a node writes, as storage faults name them.
+const (
+	// StorageLog is the Raft log: the segment files under raft-log/.
+	StorageLog = "raft-log"
+	// StorageStable is raft.db: Raft's current term and vote (and the log
+	// of a data dir made before the segment log).
+	StorageStable = "raft.db"
+	// StorageSnapshots is the snapshot directory, snapshots/.
+	StorageSnapshots = "snapshots"
+)
+
+// storageKinds lists the kinds in the order faults are reported.
+var storageKinds = []string{StorageLog, StorageStable, StorageSnapshots}
+
+// ErrStorage is wrapped by every StorageError.
+var ErrStorage = errors.New("storage fault")
+
+// StorageError is a request refused, or lost, because a node could not
+// write its files. On its own it means nothing was written: the leader's
+// append failed for want of space (or the node, with no leader to send the
+// request to, cannot write its own log). Wrapped with ErrOutcomeUnknown it
+// means the request may or may not have been committed.
+type StorageError struct {
+	// NodeID is the node that could not write.
+	NodeID string
+	// Kind is the file kind (StorageLog, StorageStable, StorageSnapshots).
+	Kind string
+	// Err is the store's error.
+	Err error
+}
+
+func (e *StorageError) Error() string {
+	return fmt.Sprintf("node %s cannot write its %s: %v", e.NodeID, e.Kind, e.Err)
+}
+
+// Unwrap returns the store's error.
+func (e *StorageError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrStorage) hold.
+func (e *StorageError) Is(target error) bool { return target == ErrStorage }
+
+// Reason is the cause in a few words, without file names: the operating
+// system's error ("no space left on device") when there is one.
+func (e *StorageError) Reason() string { return faultReason(e.Err) }
+
+// faultReason names err's cause without paths.
+func faultReason(err error) string {
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &errno):
+		return errno.Error()
+	case errors.Is(err, raftlog.ErrNoSpace):
+		return "no space left on device"
+	case errors.Is(err, raftlog.ErrPoisoned):
+		return "the log can no longer be trusted after a failed sync or deletion"
+	}
+	return "write error"
+}
+
+// StorageFault is one kind of file a node cannot write, in StorageStatus.
+type StorageFault struct {
+	Kind        string `json:"kind"`
+	Error       string `json:"error"`
+	SinceUnixMs int64  `json:"since_unix_ms"`
+}
+
+// StorageStatus is a node's ability to write its files.
+type StorageStatus struct {
+	// OK is true when every kind of file could be written when last tried.
+	OK bool `json:"ok"`
+	// DataDir is the node's data directory.
+	DataDir string `json:"data_dir"`
+	// Faults lists what cannot be written, oldest kind first; empty when OK.
+	Faults []StorageFault `json:"faults"`
+}
+
+// storageHealth tracks the node's storage faults. A fault episode of one
+// kind of file starts at its first failed write and ends at the first
+// write that works again: one log line each, however many writes fail in
+// between. While the log or raft.db fails, the node stays out of elections
+// (see voteGate and stableGuard), and the Raft library's lines about each
+// failed attempt are held back (see quietLogger).
+type storageHealth struct {
+	dataDir string
+	log     hclog.Logger
+	now     func() time.Time
+
+	// blocked is set while the log or raft.db fails: read on Raft's vote
+	// and election paths without the lock.
+	blocked atomic.Bool
+
+	mu       sync.Mutex
+	faults   map[string]*fault // by kind, while failing
+	episodes map[string]uint64 // fault episodes started, by kind
+
+	fatalOnce sync.Once
+	fatal     chan struct{} // closed when the log store is poisoned
+	fatalErr  error
+}
+
+// fault is one ongoing episode.
+type fault struct {
+	err   error
+	since time.Time
+	// held counts the library's log lines held back during the episode.
+	held uint64
+}
+
+func newStorageHealth(dataDir string, log hclog.Logger, now func() time.Time) *storageHealth {
+	return &storageHealth{
+		dataDir:  dataDir,
+		log:      log,
+		now:      now,
+		faults:   map[string]*fault{},
+		episodes: map[string]uint64{},
+		fatal:    make(chan struct{}),
+	}
+}
+
+// report records the outcome of a write of kind: a non-nil err starts an
+// episode (or continues one), nil ends it. An error wrapping
+// raftlog.ErrPoisoned is fatal.
+func (h *storageHealth) report(kind string, err error) {
+	if errors.Is(err, raftlog.ErrPoisoned) {
+		h.fatalOnce.Do(func() {
+			h.fatalErr = fmt.Errorf("the %s in %s can no longer be trusted: %w", kind, h.dataDir, err)
+			h.log.Error("storage failed in a way that cannot be retried: this node stops; check the disk, then restart it (the log is read back from disk at start)",
+				"data_dir", h.dataDir, "kind", kind, "error", err)
+			close(h.fatal)
+		})
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f, failing := h.faults[kind]
+	switch {
+	case err != nil && !failing:
+		h.faults[kind] = &fault{err: err, since: h.now()}
+		h.episodes[kind]++
+		h.log.Error("storage fault: this node cannot write its files; it reports it in /readyz, /cluster/status and /metrics and stays out of elections until writes work again",
+			"data_dir", h.dataDir, "kind", kind, "error", err)
+	case err != nil:
+		f.err = err
+	case failing:
+		delete(h.faults, kind)
+		h.log.Info("storage fault over: writes work again", "data_dir", h.dataDir, "kind", kind,
+			"duration", h.now().Sub(f.since).Round(time.Millisecond).String(), "raft_lines_held_back", f.held)
+	}
+	_, logFails := h.faults[StorageLog]
+	_, stableFails := h.faults[StorageStable]
+	h.blocked.Store(logFails || stableFails)
+}
+
+// outcome reports the outcome of a write of kind, which is cheap for a
+// successful write while nothing blocks writes.
+func (h *storageHealth) outcome(kind string, err error) {
+	if err != nil || h.blocked.Load() {
+		h.report(kind, err)
+	}
+}
+
+// writeFault returns the fault that keeps this node from writing Raft
+// entries or votes (its log or raft.db), or nil.
+func (h *storageHealth) writeFault(nodeID string) *StorageError {
+	if !h.blocked.Load() {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, kind := range []string{StorageLog, StorageStable} {
+		if f, ok := h.faults[kind]; ok {
+			return &StorageError{NodeID: nodeID, Kind: kind, Err: f.err}
+		}
+	}
+	return nil
+}
+
+// status returns the current condition.
+func (h *storageHealth) status() StorageStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := StorageStatus{OK: len(h.faults) == 0, DataDir: h.dataDir, Faults: []StorageFault{}}
+	for _, kind := range storageKinds {
+		if f, ok := h.faults[kind]; ok {
+			st.Faults = append(st.Faults, StorageFault{Kind: kind, Error: f.err.Error(), SinceUnixMs: f.since.UnixMilli()})
+		}
+	}
+	return st
+}
+
+// episodeCounts returns the fault episodes started so far, by kind (every
+// kind listed).
+func (h *storageHealth) episodeCounts() map[string]uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]uint64, len(storageKinds))
+	for _, kind := range storageKinds {
+		out[kind] = h.episodes[kind]
+	}
+	return out
+}
+
+// Repeated Raft library lines that a storage fault causes once per attempt,
+// by the kind whose fault explains them.
+var (
+	writeFaultLines = []string{
+		"failed to commit logs",    // the leader's append failed; it steps down
+		"failed to append to logs", // a follower's append failed
+		"failed to persist vote",
+		"failed to make requestVote RPC", // voteGate refused to ask
+		"entering candidate state",
+		"entering follower state",
+		"heartbeat timeout reached, starting election",
+		"Election timeout reached, restarting election",
+		"pre-vote campaign failed, waiting for election timeout",
+		"pre-vote successful, starting election",
+	}
+	snapshotFaultLines = []string{
+		"failed to take snapshot",
+		"failed to make snapshot directly",
+		"failed to write metadata",
+		"failed to create state file",
+		"failed to create snapshot to install",
+		"failed to finalize snapshot",
+	}
+)
+
+// holdBack reports whether a library line msg only repeats an ongoing
+// fault, counting it in the fault's episode if so.
+func (h *storageHealth) holdBack(msg string) bool {
+	var kinds []string
+	switch {
+	case slices.Contains(writeFaultLines, msg):
+		if !h.blocked.Load() {
+			return false
+		}
+		kinds = []string{StorageLog, StorageStable}
+	case slices.Contains(snapshotFaultLines, msg):
+		kinds = []string{StorageSnapshots}
+	default:
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, kind := range kinds {
+		if f, ok := h.faults[kind]; ok {
+			f.held++
+			return true
+		}
+	}
+	return false
+}
+
+// quietLogger is the Raft library's logger: it holds back the lines that
+// repeat an ongoing storage fault (the fault's own start and end lines say
+// it once per episode) and passes everything else on.
+type quietLogger struct {
+	hclog.Logger
+	h *storageHealth
+}
+
+func (l quietLogger) Log(level hclog.Level, msg string, args ...interface{}) {
+	if !l.h.holdBack(msg) {
+		l.Logger.Log(level, msg, args...)
+	}
+}
+
+func (l quietLogger) Trace(msg string, args ...interface{}) { l.Log(hclog.Trace, msg, args...) }
+func (l quietLogger) Debug(msg string, args ...interface{}) { l.Log(hclog.Debug, msg, args...) }
+func (l quietLogger) Info(msg string, args ...interface{})  { l.Log(hclog.Info, msg, args...) }
+func (l quietLogger) Warn(msg string, args ...interface{})  { l.Log(hclog.Warn, msg, args...) }
+func (l quietLogger) Error(msg string, args ...interface{}) { l.Log(hclog.Error, msg, args...) }
+
+// With returns a quiet logger with the arguments added.
+func (l quietLogger) With(args ...interface{}) hclog.Logger {
+	return quietLogger{l.Logger.With(args...), l.h}
+}
+
+// Named returns a quiet sub-logger.
+func (l quietLogger) Named(name string) hclog.Logger {
+	return quietLogger{l.Logger.Named(name), l.h}
+}
+
+// ResetNamed returns a quiet logger with its name replaced.
+func (l quietLogger) ResetNamed(name string) hclog.Logger {
+	return quietLogger{l.Logger.ResetNamed(name), l.h}
+}
+
+// errStayOut is why voteGate sends no vote request.
+var errStayOut = errors.New("this node cannot write its storage: it stays out of elections")
+
+// gatedTransport is what voteGate wraps: both Raft transports holdfast
+// uses (the network one, and the in-memory one of tests) are such.
+type gatedTransport interface {
+	raft.Transport
+	raft.WithClose
+	raft.WithPreVote
+}
+
+// voteGate is the Raft transport of a node: while refuse returns an error
+// it sends no RequestVote or RequestPreVote and answers them locally with
+// that error, so a node that cannot write its log never wins an election
+// (and, asking for no pre-votes, never raises the others' term either).
+// Everything else passes through.
+type voteGate struct {
+	gatedTransport
+	refuse func() error
+}
+
+var (
+	_ raft.WithClose   = (*voteGate)(nil)
+	_ raft.WithPreVote = (*voteGate)(nil)
+	_ raft.WithPeers   = (*voteGate)(nil)
+)
+
+// RequestVote sends the vote request unless this node must stay out.
+func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if err := g.refuse(); err != nil {
+		return fmt.Errorf("%w: %w", errStayOut, err)
+	}
+	return g.gatedTransport.RequestVote(id, target, args, resp)
+}
+
+// RequestPreVote sends the pre-vote request unless this node must stay out.
+func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if err := g.refuse(); err != nil {
+		return fmt.Errorf("%w: %w", errStayOut, err)
+	}
+	return g.gatedTransport.RequestPreVote(id, target, args, resp)
+}
+
+// Connect passes on to a transport with peers to connect (the in-memory
+// one); the network transport dials by itself and has none.
+func (g *voteGate) Connect(peer raft.ServerAddress, t raft.Transport) {
+	if p, ok := g.gatedTransport.(raft.WithPeers); ok {
+		p.Connect(peer, t)
+	}
+}
+
+// Disconnect passes on like Connect.
+func (g *voteGate) Disconnect(peer raft.ServerAddress) {
+	if p, ok := g.gatedTransport.(raft.WithPeers); ok {
+		p.Disconnect(peer)
+	}
+}
+
+// DisconnectAll passes on like Connect.
+func (g *voteGate) DisconnectAll() {
+	if p, ok := g.gatedTransport.(raft.WithPeers); ok {
+		p.DisconnectAll()
+	}
+}
+
+// keyLastVoteCand is the stable-store key under which Raft records the
+// candidate it voted for (hashicorp/raft's keyLastVoteCand).
+const keyLastVoteCand = "LastVoteCand"
+
+// stableGuard is Raft's stable store (raft.db): it reports its write
+// errors as StorageStable faults, and while the node cannot write its log
+// it refuses to record a vote for the node itself, so a node alone in its
+// configuration (whose own vote is a majority, needing no vote request)
+// does not win an election it could not serve either. A vote for another
+// candidate is recorded as usual.
+type stableGuard struct {
+	raft.StableStore
+	self   []byte // this node's address as Raft records its own vote
+	health *storageHealth
+	refuse func() error
+}
+
+func (s *stableGuard) Set(key, val []byte) error {
+	if string(key) == keyLastVoteCand && string(val) == string(s.self) {
+		if err := s.refuse(); err != nil {
+			return fmt.Errorf("not voting for itself: %w: %w", errStayOut, err)
+		}
+	}
+	return s.outcome(s.StableStore.Set(key, val))
+}
+
+func (s *stableGuard) SetUint64(key []byte, val uint64) error {
+	return s.outcome(s.StableStore.SetUint64(key, val))
+}
+
+// outcome reports a write's outcome and returns its error.
+func (s *stableGuard) outcome(err error) error {
+	s.health.outcome(StorageStable, err)
+	return err
+}
+
+// typedLog is the log store Raft sees, above its LogCache: the cache turns
+// an append's error into text, so the store's own error (which says whether
+// the append wrote nothing: raftlog.ErrNoSpace) is taken from below it.
+type typedLog struct {
+	raft.LogStore
+	below *watchedLog
+}
+
+func (l *typedLog) StoreLog(log *raft.Log) error { return l.StoreLogs([]*raft.Log{log}) }
+
+func (l *typedLog) StoreLogs(logs []*raft.Log) error {
+	err := l.LogStore.StoreLogs(logs)
+	if err != nil {
+		if typed := l.below.lastErr.Swap(nil); typed != nil {
+			return *typed
+		}
+	}
+	return err
+}
+
+// watchedLog wraps the log store below the cache: it keeps the error of a
+// failed append for typedLog and, for a log kept in bolt (whose store has no
+// health callback), reports writes' outcomes as StorageStable faults.
+type watchedLog struct {
+	raft.LogStore
+	lastErr atomic.Pointer[error]
+	// report, when set, is told each write's outcome.
+	report func(error)
+}
+
+func (l *watchedLog) StoreLog(log *raft.Log) error { return l.StoreLogs([]*raft.Log{log}) }
+
+func (l *watchedLog) StoreLogs(logs []*raft.Log) error {
+	err := l.LogStore.StoreLogs(logs)
+	if err != nil {
+		l.lastErr.Store(&err)
+	}
+	if l.report != nil {
+		l.report(err)
+	}
+	return err
+}
+
+func (l *watchedLog) DeleteRange(min, max uint64) error {
+	err := l.LogStore.DeleteRange(min, max)
+	if l.report != nil {
+		l.report(err)
+	}
+	return err
+}
+
+// watchedSnapshots is the snapshot store: a snapshot that cannot be
+// created, written or closed is a StorageSnapshots fault, which the next
+// snapshot closed successfully ends.
+type watchedSnapshots struct {
+	raft.SnapshotStore
+	health *storageHealth
+}
+
+func (s *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil {
+		s.health.report(StorageSnapshots, err)
+		return nil, err
+	}
+	return &watchedSink{SnapshotSink: sink, health: s.health}, nil
+}
+
+// watchedSink reports a snapshot's write and close errors, and a
+// successful close.
+type watchedSink struct {
+	raft.SnapshotSink
+	health *storageHealth
+}
+
+func (s *watchedSink) Write(p []byte) (int, error) {
+	n, err := s.SnapshotSink.Write(p)
+	if err != nil {
+		s.health.report(StorageSnapshots, err)
+	}
+	return n, err
+}
+
+func (s *watchedSink) Close() error {
+	err := s.SnapshotSink.Close()
+	s.health.report(StorageSnapshots, err)
+	return err
+}
+
+// Storage returns this node's storage condition.
+func (n *Node) Storage() StorageStatus { return n.storage.status() }
+
+// StorageFaults returns the storage fault episodes started since the node
+// started, by kind (every kind listed).
+func (n *Node) StorageFaults() map[string]uint64 { return n.storage.episodeCounts() }
+
+// WriteFault returns why this node cannot write Raft entries (its log or
+// raft.db fails), or nil when it can.
+func (n *Node) WriteFault() *StorageError { return n.storage.writeFault(n.cfg.NodeID) }
+
+// Fatal returns a channel closed when the node's storage failed in a way
+// that cannot be retried (a failed fdatasync or deletion of the log's
+// suffix): memory and disk may disagree, so the process must stop. FatalErr
+// then says why.
+func (n *Node) Fatal() <-chan struct{} { return n.storage.fatal }
+
+// FatalErr returns why Fatal was closed, or nil.
+func (n *Node) FatalErr() error {
+	select {
+	case <-n.storage.fatal:
+		return n.storage.fatalErr
+	default:
+		return nil
+	}
+}
+
+// refuseElections returns why this node must stay out of elections now, or
+// nil. That is while its log or raft.db cannot be written, except once a
+// full disk has room again: the log store keeps an append's failure until
+// an append succeeds, and a node that takes part in no election may have
+// no leader to append for it (a single node, or a cluster whose every
+// member filled up), so the room the store asks before it prepares a
+// segment (twice the segment size) is enough to stand again. If the append
+// still fails, the node steps down at once.
+func (n *Node) refuseElections() error {
+	f := n.storage.writeFault(n.cfg.NodeID)
+	if f == nil {
+		return nil
+	}
+	if f.Kind == StorageLog && errors.Is(f.Err, raftlog.ErrNoSpace) && n.logHasRoom() {
+		return nil
+	}
+	return f
+}
+
+// logHasRoom reports whether the log's file system has the room the log
+// store asks before it prepares the next segment; true where the free
+// space cannot be known, as the store then goes ahead too.
+func (n *Node) logHasRoom() bool {
+	free, err := freeBytes(n.cfg.logPath())
+	if err != nil || free < 0 {
+		return true
+	}
+	seg := n.cfg.LogSegmentSize
+	if seg <= 0 {
+		seg = raftlog.DefaultSegmentSize
+	}
+	return free >= 2*seg
+}
+
+// appendError maps the error of a leader's failed append: a StorageError
+// when nothing was written for want of space, ErrOutcomeUnknown wrapping
+// one when the log can no longer be trusted; nil for any other error.
+func (n *Node) appendError(err error) error {
+	switch {
+	case errors.Is(err, raftlog.ErrPoisoned):
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, &StorageError{NodeID: n.cfg.NodeID, Kind: StorageLog, Err: err})
+	case errors.Is(err, raftlog.ErrNoSpace):
+		return &StorageError{NodeID: n.cfg.NodeID, Kind: StorageLog, Err: err}
+	}
+	return nil
+}

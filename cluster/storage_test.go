@@ -1,0 +1,468 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/internal/raftlog"
+	"github.com/holdfast/holdfast/internal/testutil"
+)
+
+// testHealth is a tracker logging into a buffer, with a clock the test moves.
+func testHealth(t *testing.T) (*storageHealth, *testutil.SyncBuffer, *time.Time) {
+	t.Helper()
+	buf := &testutil.SyncBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Output: buf, Level: hclog.Trace})
+	now := time.Unix(1_800_000_000, 0)
+	return newStorageHealth("/data/n1", log, func() time.Time { return now }), buf, &now
+}
+
+func noSpace(path string) error {
+	return fmt.Errorf("raftlog: prepare %s: %w: %w", path, raftlog.ErrNoSpace, syscall.ENOSPC)
+}
+
+// TestStorageEpisodeLoggedOnce: repeated failures of one kind make one
+// episode, logged once when it starts and once when it ends (with its
+// duration and the library lines held back); the status, the write fault
+// and the episode counts follow it.
+func TestStorageEpisodeLoggedOnce(t *testing.T) {
+	h, buf, now := testHealth(t)
+	if st := h.status(); !st.OK || len(st.Faults) != 0 || st.DataDir != "/data/n1" {
+		t.Fatalf("fresh status %+v", st)
+	}
+	for range 5 {
+		h.report(StorageLog, noSpace("/data/n1/raft-log/next-segment.tmp"))
+		*now = now.Add(time.Second)
+	}
+	if n := strings.Count(buf.String(), "storage fault:"); n != 1 {
+		t.Fatalf("%d start lines for one episode:\n%s", n, buf)
+	}
+	for _, want := range []string{"data_dir=/data/n1", "kind=raft-log", "no space left on device"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the start line lacks %q:\n%s", want, buf)
+		}
+	}
+	st := h.status()
+	if st.OK || len(st.Faults) != 1 || st.Faults[0].Kind != StorageLog || st.Faults[0].SinceUnixMs != 1_800_000_000_000 {
+		t.Fatalf("status during the episode %+v", st)
+	}
+	se := h.writeFault("n1")
+	if se == nil || se.Kind != StorageLog || !errors.Is(se, ErrStorage) || !errors.Is(se, raftlog.ErrNoSpace) || se.Reason() != "no space left on device" {
+		t.Fatalf("write fault %#v", se)
+	}
+	if !h.holdBack("failed to commit logs") || !h.holdBack("failed to append to logs") {
+		t.Errorf("a failed append's library line is not held back during the episode")
+	}
+	h.report(StorageLog, nil)
+	h.report(StorageLog, nil)
+	if n := strings.Count(buf.String(), "storage fault over"); n != 1 {
+		t.Fatalf("%d end lines for one episode:\n%s", n, buf)
+	}
+	for _, want := range []string{"duration=5s", "raft_lines_held_back=2"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the end line lacks %q:\n%s", want, buf)
+		}
+	}
+	if st := h.status(); !st.OK || len(st.Faults) != 0 {
+		t.Fatalf("status after the episode %+v", st)
+	}
+	if h.writeFault("n1") != nil || h.holdBack("failed to commit logs") {
+		t.Errorf("the episode is over but writes are still refused or lines held back")
+	}
+	h.report(StorageLog, noSpace("x"))
+	if c := h.episodeCounts(); c[StorageLog] != 2 || c[StorageStable] != 0 || c[StorageSnapshots] != 0 {
+		t.Errorf("episode counts %v, want 2 of raft-log and every kind listed", c)
+	}
+}
+
+// TestSnapshotFaultDoesNotBlockElections: a snapshot that cannot be written
+// is reported, but the node can still write its log and stays electable.
+func TestSnapshotFaultDoesNotBlockElections(t *testing.T) {
+	h, _, _ := testHealth(t)
+	h.report(StorageSnapshots, syscall.ENOSPC)
+	if st := h.status(); st.OK || st.Faults[0].Kind != StorageSnapshots {
+		t.Fatalf("status %+v", st)
+	}
+	if h.writeFault("n1") != nil {
+		t.Errorf("a snapshot fault blocks writes")
+	}
+	if h.holdBack("failed to commit logs") {
+		t.Errorf("an append's line held back during a snapshot fault")
+	}
+	if !h.holdBack("failed to take snapshot") {
+		t.Errorf("the repeated snapshot line is not held back")
+	}
+	h.report(StorageStable, syscall.EIO)
+	if se := h.writeFault("n1"); se == nil || se.Kind != StorageStable || se.Reason() != syscall.EIO.Error() {
+		t.Errorf("raft.db fault: write fault %#v", se)
+	}
+}
+
+// TestPoisonedStoreIsFatal: an error wrapping raftlog.ErrPoisoned closes the
+// fatal channel once, with an error naming the data dir.
+func TestPoisonedStoreIsFatal(t *testing.T) {
+	h, _, _ := testHealth(t)
+	select {
+	case <-h.fatal:
+		t.Fatal("fatal before any error")
+	default:
+	}
+	h.report(StorageLog, noSpace("x"))
+	select {
+	case <-h.fatal:
+		t.Fatal("a full disk is fatal")
+	default:
+	}
+	poisoned := fmt.Errorf("raftlog: sync seg: %w: %w", raftlog.ErrPoisoned, syscall.EIO)
+	h.report(StorageLog, poisoned)
+	h.report(StorageLog, poisoned)
+	select {
+	case <-h.fatal:
+	default:
+		t.Fatal("a poisoned store is not fatal")
+	}
+	if !errors.Is(h.fatalErr, raftlog.ErrPoisoned) || !strings.Contains(h.fatalErr.Error(), "/data/n1") {
+		t.Errorf("fatal error %v", h.fatalErr)
+	}
+}
+
+// TestQuietLoggerHoldsBackRepeats: through the Raft library's logger (and
+// loggers derived from it) the lines a fault repeats are held back while it
+// lasts; other lines, and the same lines without a fault, pass.
+func TestQuietLoggerHoldsBackRepeats(t *testing.T) {
+	h, _, _ := testHealth(t)
+	out := &testutil.SyncBuffer{}
+	var log hclog.Logger = quietLogger{hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Trace}), h}
+	log = log.Named("raft").With("node", "n1")
+	log.Error("failed to commit logs", "error", "x")
+	h.report(StorageLog, noSpace("x"))
+	for range 3 {
+		log.Error("failed to commit logs", "error", "x")
+		log.Info("entering candidate state", "term", 3)
+		log.Log(hclog.Error, "failed to append to logs")
+		log.ResetNamed("raft").Warn("heartbeat timeout reached, starting election")
+	}
+	log.Info("election won", "term", 3)
+	h.report(StorageLog, nil)
+	log.Error("failed to append to logs", "error", "y")
+	got := out.String()
+	if n := strings.Count(got, "failed to commit logs"); n != 1 {
+		t.Errorf("%d 'failed to commit logs' lines, want the one before the fault:\n%s", n, got)
+	}
+	if n := strings.Count(got, "failed to append to logs"); n != 1 {
+		t.Errorf("%d 'failed to append to logs' lines, want the one after the fault:\n%s", n, got)
+	}
+	for _, held := range []string{"entering candidate state", "heartbeat timeout reached"} {
+		if strings.Contains(got, held) {
+			t.Errorf("%q passed during the fault:\n%s", held, got)
+		}
+	}
+	if !strings.Contains(got, "election won") || !strings.Contains(got, "raft: ") {
+		t.Errorf("other lines or the logger's name lost:\n%s", got)
+	}
+}
+
+// gatePair connects two in-memory transports, a's wrapped in a voteGate.
+func gatePair(t *testing.T, refuse func() error) (*voteGate, *raft.InmemTransport) {
+	t.Helper()
+	_, a := raft.NewInmemTransport("a")
+	_, b := raft.NewInmemTransport("b")
+	g := &voteGate{gatedTransport: a, refuse: refuse}
+	g.Connect("b", b)
+	b.Connect("a", a)
+	t.Cleanup(func() {
+		_ = g.Close()
+		_ = b.Close()
+	})
+	return g, b
+}
+
+// answer replies to one RPC arriving at b, and reports whether one came.
+func answer(b *raft.InmemTransport, resp interface{}) <-chan bool {
+	got := make(chan bool, 1)
+	go func() {
+		select {
+		case rpc := <-b.Consumer():
+			rpc.Respond(resp, nil)
+			got <- true
+		case <-time.After(300 * time.Millisecond):
+			got <- false
+		}
+	}()
+	return got
+}
+
+// TestVoteGate: while storage fails no vote or pre-vote request leaves the
+// node (each fails locally naming the fault); otherwise they pass, as do
+// other RPCs; the wrapped transport's close, peers and pre-vote stay.
+func TestVoteGate(t *testing.T) {
+	var fault error = &StorageError{NodeID: "a", Kind: StorageLog, Err: syscall.ENOSPC}
+	g, b := gatePair(t, func() error { return fault })
+	var tr raft.Transport = g
+	if _, ok := tr.(raft.WithPreVote); !ok {
+		t.Fatal("the gate hides pre-vote support")
+	}
+	if _, ok := tr.(raft.WithClose); !ok {
+		t.Fatal("the gate hides Close")
+	}
+	if _, ok := tr.(raft.WithPeers); !ok {
+		t.Fatal("the gate hides peer management")
+	}
+
+	got := answer(b, &raft.RequestVoteResponse{Granted: true})
+	err := g.RequestVote("b", "b", &raft.RequestVoteRequest{Term: 2}, &raft.RequestVoteResponse{})
+	if !errors.Is(err, errStayOut) || !errors.Is(err, ErrStorage) {
+		t.Errorf("RequestVote while failing: %v", err)
+	}
+	if <-got {
+		t.Errorf("a vote request reached the peer while storage fails")
+	}
+	got = answer(b, &raft.RequestPreVoteResponse{Granted: true})
+	err = g.RequestPreVote("b", "b", &raft.RequestPreVoteRequest{Term: 2}, &raft.RequestPreVoteResponse{})
+	if !errors.Is(err, errStayOut) || strings.Contains(err.Error(), "unexpected command") {
+		// Raft counts a pre-vote failing with "unexpected command" as granted.
+		t.Errorf("RequestPreVote while failing: %v", err)
+	}
+	if <-got {
+		t.Errorf("a pre-vote request reached the peer while storage fails")
+	}
+	got = answer(b, &raft.AppendEntriesResponse{Success: true})
+	var ae raft.AppendEntriesResponse
+	if err := g.AppendEntries("b", "b", &raft.AppendEntriesRequest{Term: 2}, &ae); err != nil || !ae.Success || !<-got {
+		t.Errorf("AppendEntries while failing: %v %+v", err, ae)
+	}
+
+	fault = nil
+	got = answer(b, &raft.RequestVoteResponse{Granted: true})
+	var vr raft.RequestVoteResponse
+	if err := g.RequestVote("b", "b", &raft.RequestVoteRequest{Term: 3}, &vr); err != nil || !vr.Granted || !<-got {
+		t.Errorf("RequestVote once writes work: %v %+v", err, vr)
+	}
+	got = answer(b, &raft.RequestPreVoteResponse{Granted: true})
+	var pr raft.RequestPreVoteResponse
+	if err := g.RequestPreVote("b", "b", &raft.RequestPreVoteRequest{Term: 3}, &pr); err != nil || !pr.Granted || !<-got {
+		t.Errorf("RequestPreVote once writes work: %v %+v", err, pr)
+	}
+}
+
+// TestStableGuardRefusesOnlyTheSelfVote: while the log fails, raft.db
+// refuses to record a vote for the node itself and records one for
+// another candidate; a failed raft.db write is a StorageStable fault that
+// the next working write ends.
+func TestStableGuardRefusesOnlyTheSelfVote(t *testing.T) {
+	h, _, _ := testHealth(t)
+	inner := raft.NewInmemStore()
+	failing := false
+	g := &stableGuard{StableStore: &flakyStable{StableStore: inner, fail: &failing}, self: []byte("127.0.0.1:7071"), health: h,
+		refuse: func() error {
+			if f := h.writeFault("n1"); f != nil {
+				return f
+			}
+			return nil
+		}}
+	key := []byte(keyLastVoteCand)
+	if err := g.Set(key, []byte("127.0.0.1:7071")); err != nil {
+		t.Fatalf("self vote while healthy: %v", err)
+	}
+	h.report(StorageLog, noSpace("x"))
+	if err := g.Set(key, []byte("127.0.0.1:7071")); !errors.Is(err, errStayOut) {
+		t.Errorf("self vote while the log fails: %v", err)
+	}
+	if err := g.Set(key, []byte("127.0.0.2:7071")); err != nil {
+		t.Errorf("a vote for another candidate while the log fails: %v", err)
+	}
+	if v, _ := inner.Get(key); string(v) != "127.0.0.2:7071" {
+		t.Errorf("recorded vote %q", v)
+	}
+	h.report(StorageLog, nil)
+
+	failing = true
+	if err := g.SetUint64([]byte("CurrentTerm"), 4); err == nil {
+		t.Fatal("the failing write succeeded")
+	}
+	if se := h.writeFault("n1"); se == nil || se.Kind != StorageStable {
+		t.Fatalf("a failed raft.db write: write fault %#v", se)
+	}
+	failing = false
+	if err := g.SetUint64([]byte("CurrentTerm"), 4); err != nil {
+		t.Fatal(err)
+	}
+	if !h.status().OK {
+		t.Errorf("a working raft.db write does not end its episode: %+v", h.status())
+	}
+}
+
+// flakyStable fails every write while *fail is set.
+type flakyStable struct {
+	raft.StableStore
+	fail *bool
+}
+
+func (f *flakyStable) Set(k, v []byte) error {
+	if *f.fail {
+		return syscall.ENOSPC
+	}
+	return f.StableStore.Set(k, v)
+}
+
+func (f *flakyStable) SetUint64(k []byte, v uint64) error {
+	if *f.fail {
+		return syscall.ENOSPC
+	}
+	return f.StableStore.SetUint64(k, v)
+}
+
+// failingLog fails every append with err.
+type failingLog struct {
+	raft.LogStore
+	err error
+}
+
+func (f *failingLog) StoreLogs([]*raft.Log) error { return f.err }
+
+// TestTypedLogKeepsTheStoreError: raft's LogCache turns an append's error
+// into text; typedLog gives Raft the store's own error, so a proposal
+// learns that nothing was written, and proposalError maps it.
+func TestTypedLogKeepsTheStoreError(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		unknown bool
+	}{
+		{"no space", noSpace("seg"), false},
+		{"poisoned", fmt.Errorf("raftlog: sync: %w: %w", raftlog.ErrPoisoned, syscall.EIO), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			below := &watchedLog{LogStore: &failingLog{LogStore: raft.NewInmemStore(), err: tc.err}}
+			cache, err := raft.NewLogCache(16, below)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logs := &typedLog{LogStore: cache, below: below}
+			got := logs.StoreLog(&raft.Log{Index: 1, Term: 1})
+			if !errors.Is(got, tc.err) {
+				t.Fatalf("StoreLog: %v, want the store's error %v", got, tc.err)
+			}
+			n := &Node{cfg: Config{NodeID: "n1"}, storage: newStorageHealth(t.TempDir(), hclog.NewNullLogger(), time.Now)}
+			mapped := n.proposalError(got)
+			var se *StorageError
+			if !errors.As(mapped, &se) || se.NodeID != "n1" || se.Kind != StorageLog || errors.Is(mapped, ErrOutcomeUnknown) != tc.unknown {
+				t.Errorf("proposalError: %v (outcome unknown %v, want %v)", mapped, errors.Is(mapped, ErrOutcomeUnknown), tc.unknown)
+			}
+		})
+	}
+}
+
+// flakySnapshots fails Create while *fail is set.
+type flakySnapshots struct {
+	raft.SnapshotStore
+	fail *bool
+}
+
+func (f *flakySnapshots) Create(v raft.SnapshotVersion, index, term uint64, c raft.Configuration, ci uint64, tr raft.Transport) (raft.SnapshotSink, error) {
+	if *f.fail {
+		return nil, fmt.Errorf("create snapshot: %w", syscall.ENOSPC)
+	}
+	return f.SnapshotStore.Create(v, index, term, c, ci, tr)
+}
+
+// TestSnapshotEpisode: a snapshot that cannot be made starts a snapshots
+// fault, and the next snapshot closed successfully ends it.
+func TestSnapshotEpisode(t *testing.T) {
+	h, buf, _ := testHealth(t)
+	fail := true
+	s := &watchedSnapshots{SnapshotStore: &flakySnapshots{SnapshotStore: raft.NewInmemSnapshotStore(), fail: &fail}, health: h}
+	if _, err := s.Create(raft.SnapshotVersionMax, 10, 1, raft.Configuration{}, 1, nil); err == nil {
+		t.Fatal("the failing Create succeeded")
+	}
+	if st := h.status(); st.OK || st.Faults[0].Kind != StorageSnapshots {
+		t.Fatalf("status after a failed snapshot %+v", st)
+	}
+	fail = false
+	sink, err := s.Create(raft.SnapshotVersionMax, 11, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.status().OK {
+		t.Fatalf("a snapshot being written ends the fault before it is closed")
+	}
+	if _, err := sink.Write([]byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.status(); !st.OK {
+		t.Fatalf("status after a snapshot closed successfully %+v", st)
+	}
+	if !strings.Contains(buf.String(), "kind=snapshots") || !strings.Contains(buf.String(), "storage fault over") {
+		t.Errorf("the snapshots episode is not logged:\n%s", buf)
+	}
+}
+
+// TestOtherAppendFailureIsUnknown: an append that failed for another reason
+// than space (it may have written part of the entry) is of unknown outcome,
+// and names the node's storage while its log fails.
+func TestOtherAppendFailureIsUnknown(t *testing.T) {
+	h, _, _ := testHealth(t)
+	n := &Node{cfg: Config{NodeID: "n1"}, storage: h}
+	eio := fmt.Errorf("raftlog: append: %w: %w", raftlog.ErrStorage, syscall.EIO)
+	h.report(StorageLog, eio)
+	got := n.proposalError(errors.New("unable to store logs within log store, err: \"...\""))
+	var se *StorageError
+	if !errors.Is(got, ErrOutcomeUnknown) || !errors.As(got, &se) || se.Reason() != syscall.EIO.Error() {
+		t.Errorf("proposalError during a log fault: %v", got)
+	}
+	if c := n.Counters(); c.Proposals["outcome_unknown"] != 1 || c.Proposals["storage"] != 0 {
+		t.Errorf("counters %v", c.Proposals)
+	}
+}
+
+// TestNodeReportsStorage: on a running node, a storage fault shows in
+// Ready (naming the data dir), Status and WriteFault, and ends with the
+// store's report that it writes again; a poisoned log closes Fatal.
+func TestNodeReportsStorage(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, testConfig(t, "n1", dir, true))
+	waitReadyLeader(t, n)
+	if st := n.Status().Storage; !st.OK || st.DataDir != dir || len(st.Faults) != 0 {
+		t.Fatalf("healthy status %+v", st)
+	}
+	n.storage.report(StorageLog, noSpace(dir+"/raft-log/next-segment.tmp"))
+	ok, why := n.Ready()
+	if ok || !strings.Contains(why, "storage fault") || !strings.Contains(why, dir) || !strings.Contains(why, StorageLog) {
+		t.Errorf("Ready during a fault: %v %q", ok, why)
+	}
+	if st := n.Status(); st.Ready || st.Storage.OK || st.Storage.Faults[0].Kind != StorageLog {
+		t.Errorf("status during a fault %+v", st)
+	}
+	if se := n.WriteFault(); se == nil || se.NodeID != "n1" {
+		t.Errorf("write fault %#v", se)
+	}
+	n.storage.report(StorageLog, nil)
+	waitFor(t, "ready again", 5*time.Second, func() bool { ok, _ := n.Ready(); return ok })
+	select {
+	case <-n.Fatal():
+		t.Fatal("fatal without a poisoned store")
+	default:
+	}
+	n.storage.report(StorageLog, fmt.Errorf("raftlog: sync: %w: %w", raftlog.ErrPoisoned, syscall.EIO))
+	select {
+	case <-n.Fatal():
+	default:
+		t.Fatal("a poisoned log does not stop the node")
+	}
+	if err := n.FatalErr(); !errors.Is(err, raftlog.ErrPoisoned) {
+		t.Errorf("FatalErr %v", err)
+	}
+	if ok, why := n.Ready(); ok || !strings.Contains(why, "stopping") {
+		t.Errorf("Ready after poisoning: %v %q", ok, why)
+	}
+}
