@@ -36,7 +36,9 @@ const (
 	// unwritten part, from a sector boundary on, is still zero.
 	SectorSize = 512
 
-	recordHeader  = 8
+	// RecordHeaderSize is a record's header: payload length and CRC-32C.
+	RecordHeaderSize = 8
+
 	segmentSuffix = ".seg"
 )
 
@@ -107,16 +109,16 @@ func ReadSegment(path string) (Segment, error) {
 		return Segment{}, fmt.Errorf("read segment: %w", err)
 	}
 	s := Segment{Path: path, Size: int64(len(b))}
-	for off := int64(0); off+recordHeader <= int64(len(b)); {
+	for off := int64(0); off+RecordHeaderSize <= int64(len(b)); {
 		n := int64(binary.LittleEndian.Uint32(b[off:]))
 		if n == 0 {
 			break
 		}
-		end := off + recordHeader + n
+		end := off + RecordHeaderSize + n
 		if end > int64(len(b)) {
 			return s, fmt.Errorf("segment %s: record at offset %d runs past the end of the file", path, off)
 		}
-		idx, k := binary.Uvarint(b[off+recordHeader : end])
+		idx, k := binary.Uvarint(b[off+RecordHeaderSize : end])
 		if k <= 0 {
 			return s, fmt.Errorf("segment %s: record at offset %d has no index", path, off)
 		}
