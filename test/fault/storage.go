@@ -138,13 +138,13 @@ func (nm *nemesis) judgeStart(n *harness.Node, d damage) bool {
 	case code == 0:
 		r.problem("storage: %s exited with status 0 after %s", n.ID, d.desc)
 	case !named:
-		r.problem("storage: %s exited (%s) after %s without naming %s as corrupt; log tail:\n%s", n.ID, state, d.desc, d.file, lastLines(n.LogSinceStart(), 15))
+		r.problem("storage: %s exited (%s) after %s without naming %s in a refusal; log tail:\n%s", n.ID, state, d.desc, d.file, lastLines(n.LogSinceStart(), 15))
 	}
 	return true
 }
 
-// awaitCaughtUp waits until n runs, knows a leader and holds the log up to
-// the commit index another member's leader had when the wait began.
+// awaitCaughtUp waits until n runs and either leads or knows a leader and
+// holds the log up to the commit index that leader had when first asked.
 func (nm *nemesis) awaitCaughtUp(n *harness.Node) {
 	r := nm.r
 	var last uint64
@@ -154,8 +154,11 @@ func (nm *nemesis) awaitCaughtUp(n *harness.Node) {
 		}
 		if last == 0 {
 			l := r.leader()
-			if l == nil || l == n {
-				return fmt.Errorf("no leader among the other members")
+			switch l {
+			case nil:
+				return fmt.Errorf("no leader")
+			case n:
+				return nil // a leader holds every committed entry
 			}
 			ls, err := r.status(l, false)
 			if err != nil {
