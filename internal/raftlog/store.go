@@ -9,9 +9,15 @@
 // after installing a snapshot but keeps its cached last index, which lets a
 // follower holding entries past the snapshot accept appends past a hole.
 // Deleting a prefix removes whole segment files; deleting a suffix
-// truncates one. After a crash, a torn record at the end of the newest
-// segment is cut off when the store is opened; a bad record anywhere else
-// is corruption and the store refuses to open.
+// truncates one.
+//
+// Storage is treated as hostile. After a crash, an append that never
+// completed (its unwritten sectors still zero, at the very end of the
+// newest segment) is cut off when the store is opened; any other bad record,
+// a missing or truncated segment (checked against the segment list kept in
+// the Manifest) is corruption and the store refuses to open, leaving every
+// byte as it is. A failed write is undone before its error returns; a
+// failed fdatasync or deletion of a suffix poisons the store (ErrPoisoned).
 package raftlog
 
 import (
@@ -58,15 +64,28 @@ type Options struct {
 	SegmentSize int64
 	// Warn, when set, is told about a torn record cut off at open.
 	Warn func(msg string, args ...any)
+	// Manifest, when set, keeps the list of segments outside the log
+	// directory, so that a lost or truncated segment is noticed at open.
+	Manifest Manifest
+	// Health, when set, is told each time the store's ability to write
+	// changes: an error when an append, a deletion or the preparation of
+	// the next segment failed (wrapping ErrNoSpace, ErrStorage or
+	// ErrPoisoned), nil once it writes again. It is called without the
+	// store's locks held and must not call the store.
+	Health func(err error)
+
+	fs fileSystem // the file system; tests substitute one that fails
 }
 
 // segment is one file of consecutive entries starting at base.
 type segment struct {
-	base uint64
-	path string
-	f    *os.File
-	offs []int64 // offs[i] is where the record of entry base+i starts
-	size int64   // where the next record goes
+	base     uint64
+	path     string
+	f        segFile
+	offs     []int64 // offs[i] is where the record of entry base+i starts
+	size     int64   // where the next record goes
+	fileSize int64   // the file's size when it was opened or made
+	recorded bool    // listed in the manifest
 }
 
 // count is the number of entries the segment holds.
@@ -83,15 +102,14 @@ func (g *segment) end(i int) int64 {
 // Store is a Raft log store in a directory of segment files. It is safe for
 // concurrent use; appends and deletions are serialized, reads run beside them.
 type Store struct {
-	dir     string
-	segSize int64
-	warn    func(string, ...any)
+	dir      string
+	segSize  int64
+	warn     func(string, ...any)
+	fs       fileSystem
+	manifest Manifest
 
-	// spare receives the outcome of preparing the next segment file, which
-	// runs in the background while the current one fills.
-	spare    chan error
-	stopPrep chan struct{}
-	prepWG   sync.WaitGroup
+	spare  spare
+	health health
 
 	wmu sync.Mutex // serializes StoreLogs and DeleteRange; held across their I/O
 	buf []byte     // encoding buffer, used under wmu
@@ -107,41 +125,129 @@ var (
 )
 
 // Open opens the store in dir, creating the directory if needed, and
-// recovers the log from its segment files.
+// recovers the log from its segment files. A torn final append is cut
+// off; any other damage (see ErrCorrupt) makes Open fail without changing
+// a byte.
 func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftlog: create %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, segSize: opts.SegmentSize, warn: opts.Warn, spare: make(chan error, 1), stopPrep: make(chan struct{})}
+	s := &Store{dir: dir, segSize: opts.SegmentSize, warn: opts.Warn, fs: opts.fs, manifest: opts.Manifest}
 	if s.segSize <= 0 {
 		s.segSize = DefaultSegmentSize
 	}
 	if s.warn == nil {
 		s.warn = func(string, ...any) {}
 	}
-	bases, err := listSegments(dir)
-	if err != nil {
+	if s.fs == nil {
+		s.fs = osFS{}
+	}
+	s.health.notify = opts.Health
+	s.spare.init(s)
+	if err := s.recover(); err != nil {
+		s.closeFiles()
 		return nil, err
 	}
+	s.setBounds()
+	s.spare.start()
+	return s, nil
+}
+
+// recover reads the segment files, checks them against the manifest and
+// cuts off a torn final append.
+func (s *Store) recover() error {
+	bases, err := listSegments(s.dir)
+	if err != nil {
+		return err
+	}
+	type tornTail struct {
+		g    *segment
+		data []byte
+		off  int64
+	}
+	var torn *tornTail
 	for i, base := range bases {
-		g, err := openSegment(dir, base, i == len(bases)-1, s.warn)
+		path := segmentPath(s.dir, base)
+		data, err := readSegment(path)
 		if err != nil {
-			s.closeFiles()
-			return nil, err
+			return err
 		}
+		offs, end, isTorn, err := scanSegment(path, base, data, i == len(bases)-1)
+		if err != nil {
+			return err
+		}
+		g := &segment{base: base, path: path, offs: offs, size: end, fileSize: int64(len(data))}
 		if n := len(s.segs); n > 0 {
 			prev := s.segs[n-1]
 			if prev.base+prev.count() != base {
-				_ = g.f.Close()
-				s.closeFiles()
-				return nil, fmt.Errorf("raftlog: segment %s starts at %d, the one before it ends at %d", g.path, base, prev.base+prev.count()-1)
+				return fmt.Errorf("%w: segment %s starts at %d, the one before it ends at %d", ErrCorrupt, path, base, prev.base+prev.count()-1)
 			}
 		}
+		if g.f, err = s.fs.OpenFile(path, os.O_RDWR); err != nil {
+			return fmt.Errorf("raftlog: open segment: %w", err)
+		}
 		s.segs = append(s.segs, g)
+		if isTorn {
+			torn = &tornTail{g: g, data: data, off: end}
+		}
 	}
-	s.setBounds()
-	s.prepareSpare()
-	return s, nil
+	if err := s.checkRecorded(); err != nil {
+		return err
+	}
+	if torn != nil {
+		s.warn("raftlog: cutting off a torn final append (an append whose fdatasync never returned, so nothing in it was acknowledged)",
+			"segment", torn.g.path, "offset", torn.off, "bytes", zeroTail(torn.data)-torn.off)
+		if err := zeroTorn(torn.g.f, torn.data, torn.off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRecorded checks the segments against the manifest, or records them
+// there when it holds no list yet (a log made before the manifest).
+func (s *Store) checkRecorded() error {
+	if s.manifest == nil {
+		return nil
+	}
+	b, err := s.manifest.Load()
+	if err != nil {
+		return fmt.Errorf("raftlog: load the segment list: %w", err)
+	}
+	if b == nil {
+		for _, g := range s.segs {
+			g.recorded = g.count() > 0
+		}
+		return s.saveManifest(s.segs)
+	}
+	recs, err := decodeManifest(b)
+	if err != nil {
+		return err
+	}
+	if err := checkManifest(s.dir, recs, s.segs); err != nil {
+		return err
+	}
+	for _, g := range s.segs {
+		g.recorded = slices.ContainsFunc(recs, func(r segRecord) bool { return r.base == g.base })
+	}
+	return nil
+}
+
+// saveManifest records the recorded segments among segs.
+func (s *Store) saveManifest(segs []*segment) error {
+	if s.manifest == nil {
+		return nil
+	}
+	var recs []segRecord
+	for _, g := range segs {
+		if g.recorded {
+			recs = append(recs, segRecord{base: g.base, size: g.fileSize})
+		}
+	}
+	if err := s.manifest.Save(encodeManifest(recs)); err != nil {
+		return fmt.Errorf("raftlog: record the segment list: %w", err)
+	}
+	return nil
 }
 
 // listSegments returns the base indexes of the segment files in dir, in order.
@@ -168,48 +274,6 @@ func listSegments(dir string) ([]uint64, error) {
 
 func segmentPath(dir string, base uint64) string {
 	return filepath.Join(dir, fmt.Sprintf("%020d%s", base, segmentSuffix))
-}
-
-// openSegment opens a segment file and indexes its records. In the newest
-// segment (tail) a bad record and everything after it is cut off.
-func openSegment(dir string, base uint64, tail bool, warn func(string, ...any)) (*segment, error) {
-	// Zeros after the last record are the unused rest of the file; anything
-	// else there is a torn append, which is zeroed again.
-	path := segmentPath(dir, base)
-	f, err := os.OpenFile(path, os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("raftlog: open segment: %w", err)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("raftlog: read segment: %w", err)
-	}
-	g := &segment{base: base, path: path, f: f}
-	off := int64(0)
-	for off < int64(len(data)) {
-		var l raft.Log
-		n, ok := readRecord(data[off:], &l)
-		if !ok || l.Index != base+g.count() {
-			if allZero(data[off:]) {
-				break // the unused, zero-filled rest of the segment
-			}
-			if !tail {
-				_ = f.Close()
-				return nil, fmt.Errorf("raftlog: segment %s: bad record at offset %d (entry %d)", path, off, base+g.count())
-			}
-			warn("raftlog: cutting off a torn record at the end of the log", "segment", path, "offset", off, "bytes", int64(len(data))-off)
-			if err := zeroSync(f, off, int64(len(data))); err != nil {
-				_ = f.Close()
-				return nil, err
-			}
-			break
-		}
-		g.offs = append(g.offs, off)
-		off += int64(n)
-	}
-	g.size = off
-	return g, nil
 }
 
 // readRecord checks the record at the start of b (its length and checksum)
@@ -304,13 +368,18 @@ func (s *Store) StoreLog(log *raft.Log) error {
 
 // StoreLogs appends entries in index order, contiguous with the log or
 // past a gap (which drops every entry held), with one write and one
-// fdatasync.
+// fdatasync. A failed write is undone before the error returns, so the
+// entries are definitely not in the log; a failed fdatasync poisons the
+// store (see ErrPoisoned).
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if err := s.health.isPoisoned(); err != nil {
+		return err
+	}
 	s.mu.RLock()
 	last := s.last
 	s.mu.RUnlock()
@@ -323,7 +392,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		// with it every entry held here.
 		s.setRange(0, 0)
 		if err := s.removeSegments(0, len(s.segs)); err != nil {
-			return err
+			return s.health.poison(err)
 		}
 	}
 	buf := s.buf[:0]
@@ -338,16 +407,17 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	s.buf = buf
 	g, err := s.activeSegment(next, len(buf))
 	if err != nil {
+		s.health.setWrite(err)
 		return err
 	}
 	for i := range offs {
 		offs[i] += g.size
 	}
 	if _, err := g.f.WriteAt(buf, g.size); err != nil {
-		return fmt.Errorf("raftlog: append to %s: %w", g.path, err)
+		return s.undoWrite(g, len(buf), err)
 	}
-	if err := fdatasync(g.f); err != nil {
-		return fmt.Errorf("raftlog: sync %s: %w", g.path, err)
+	if err := g.f.Datasync(); err != nil {
+		return s.health.poison(fmt.Errorf("raftlog: sync %s: %w", g.path, classify(err)))
 	}
 	s.mu.Lock()
 	g.offs = append(g.offs, offs...)
@@ -357,119 +427,135 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	}
 	s.last = next + uint64(len(logs)) - 1
 	s.mu.Unlock()
+	s.health.setWrite(nil)
 	return nil
+}
+
+// undoWrite clears what a failed append of n bytes to g may have left, so
+// the entries are definitely not in the log, and returns the write's error.
+// If that fails too, the store is poisoned.
+func (s *Store) undoWrite(g *segment, n int, werr error) error {
+	werr = fmt.Errorf("raftlog: append to %s: %w", g.path, classify(werr))
+	var err error
+	if g.size+int64(n) > g.fileSize {
+		// The write may have grown the file: shrink it back.
+		err = g.f.Truncate(max(g.size, g.fileSize))
+		if err == nil && g.size < g.fileSize {
+			err = zeroSync(g.f, g.size, g.fileSize)
+		} else if err == nil {
+			err = g.f.Datasync()
+		}
+	} else {
+		err = zeroSync(g.f, g.size, g.size+int64(n))
+	}
+	if err != nil {
+		return s.health.poison(fmt.Errorf("%w; undoing it failed: %w", werr, err))
+	}
+	s.health.setWrite(werr)
+	return werr
 }
 
 // activeSegment returns the segment an append of size bytes starting at
 // entry next goes to, starting a new segment when there is none or the
-// newest one is full. Called under wmu.
+// newest one is full, and records it in the manifest before anything is
+// written to it. Called under wmu.
 func (s *Store) activeSegment(next uint64, size int) (*segment, error) {
 	var g *segment
 	if n := len(s.segs); n > 0 {
 		g = s.segs[n-1]
 	}
-	if g != nil && (g.count() > 0 || g.base == next) && (g.count() == 0 || g.size+int64(size) <= s.segSize) {
-		return g, nil
-	}
-	if g != nil && g.count() == 0 {
-		// An empty newest segment whose base does not fit: replace it.
-		if err := s.removeSegments(len(s.segs)-1, len(s.segs)); err != nil {
+	if g == nil || !((g.count() > 0 || g.base == next) && (g.count() == 0 || g.size+int64(size) <= s.segSize)) {
+		if g != nil && g.count() == 0 {
+			// An empty newest segment whose base does not fit: replace it.
+			if err := s.removeSegments(len(s.segs)-1, len(s.segs)); err != nil {
+				return nil, err
+			}
+		}
+		var err error
+		if g, err = s.newSegment(next); err != nil {
 			return nil, err
 		}
+		s.mu.Lock()
+		s.segs = append(s.segs, g)
+		s.mu.Unlock()
 	}
-	g, err := s.newSegment(next)
-	if err != nil {
-		return nil, err
+	if !g.recorded && s.manifest != nil {
+		g.recorded = true
+		if err := s.saveManifest(s.segs); err != nil {
+			g.recorded = false
+			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+		}
 	}
-	s.mu.Lock()
-	s.segs = append(s.segs, g)
-	s.mu.Unlock()
 	return g, nil
 }
 
 // newSegment makes the segment file for entries from base: the prepared
-// zero-filled spare when it is ready, an empty file if preparing it failed.
+// zero-filled spare when it is ready, an empty file that grows with each
+// append otherwise.
 func (s *Store) newSegment(base uint64) (*segment, error) {
 	path := segmentPath(s.dir, base)
-	if err := <-s.spare; err != nil {
-		s.warn("raftlog: no zero-filled segment file; appending to an empty one", "error", err)
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("raftlog: create segment: %w", err)
-		}
-		_ = f.Close()
-	} else if err := os.Rename(filepath.Join(s.dir, spareName), path); err != nil {
-		return nil, fmt.Errorf("raftlog: create segment: %w", err)
-	}
-	s.prepareSpare()
-	if err := syncDir(s.dir); err != nil {
+	took, err := s.spare.take(path)
+	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("raftlog: open segment: %w", err)
-	}
-	return &segment{base: base, path: path, f: f}, nil
-}
-
-// prepareSpare writes the next segment file, full of zeros, in the
-// background; its outcome arrives on s.spare.
-func (s *Store) prepareSpare() {
-	s.prepWG.Add(1)
-	go func() {
-		defer s.prepWG.Done()
-		s.spare <- s.writeSpare()
-	}()
-}
-
-func (s *Store) writeSpare() error {
-	path := filepath.Join(s.dir, spareName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	defer f.Close()
-	zeros := make([]byte, min(s.segSize, 1<<20))
-	for off := int64(0); off < s.segSize; off += int64(len(zeros)) {
-		select {
-		case <-s.stopPrep:
-			return errors.New("store closed")
-		default:
+	if !took {
+		s.warn("raftlog: no zero-filled segment file is ready; appending to an empty one", "segment", path)
+		f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC)
+		if err != nil {
+			return nil, fmt.Errorf("raftlog: create segment: %w", classify(err))
 		}
-		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), s.segSize-off)], off); err != nil {
-			return fmt.Errorf("fill %s: %w", path, err)
-		}
+		_ = f.Close()
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
+	s.spare.start()
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return nil, s.health.poison(fmt.Errorf("raftlog: sync dir %s: %w", s.dir, classify(err)))
 	}
-	return nil
+	f, err := s.fs.OpenFile(path, os.O_RDWR)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: open segment: %w", classify(err))
+	}
+	size, err := f.Size()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("raftlog: open segment: %w", classify(err))
+	}
+	return &segment{base: base, path: path, f: f, fileSize: size}, nil
 }
 
 // DeleteRange deletes entries min through max, inclusive. Raft deletes only
 // a prefix (after a snapshot), a suffix (a follower's conflicting entries)
 // or everything; a range in the middle is refused. The bounds move before
 // any file goes, so a concurrent read never picks a file being removed.
+// A failure while deleting a suffix poisons the store: the entries it
+// keeps on disk would come back at the next start.
 func (s *Store) DeleteRange(min, max uint64) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if err := s.health.isPoisoned(); err != nil {
+		return err
+	}
 	s.mu.RLock()
 	first, last := s.first, s.last
 	s.mu.RUnlock()
 	if first == 0 || max < first || min > last || min > max {
 		return nil
 	}
+	var err error
 	switch {
 	case min <= first && max >= last:
 		s.setRange(0, 0)
-		return s.removeSegments(0, len(s.segs))
+		err = s.removeSegments(0, len(s.segs))
 	case min <= first:
 		return s.deletePrefix(max)
 	case max >= last:
-		return s.deleteSuffix(min)
+		err = s.deleteSuffix(min)
 	default:
 		return fmt.Errorf("raftlog: deleting entries %d-%d from the middle of the log %d-%d is not supported", min, max, first, last)
 	}
+	if err != nil && !errors.Is(err, ErrPoisoned) {
+		err = s.health.poison(err)
+	}
+	return err
 }
 
 // setRange sets the first and last index.
@@ -503,10 +589,8 @@ func (s *Store) deleteSuffix(min uint64) error {
 	s.last = min - 1
 	s.mu.Unlock()
 	i := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].base > min }) - 1
-	for j := len(s.segs) - 1; j > i; j-- {
-		if err := s.removeSegments(j, j+1); err != nil {
-			return err
-		}
+	if err := s.removeSegments(i+1, len(s.segs)); err != nil {
+		return err
 	}
 	g := s.segs[i]
 	k := int(min - g.base)
@@ -522,29 +606,35 @@ func (s *Store) deleteSuffix(min uint64) error {
 }
 
 // removeSegments deletes the files of segments [from, to) and drops them;
-// none of their entries is within the bounds any more. The oldest file goes
-// first when a prefix is deleted, the newest first otherwise, so a crash
-// part way leaves contiguous entries that are either kept or covered by a
-// snapshot. Called under wmu.
+// none of their entries is within the bounds any more. The manifest stops
+// listing them first. The oldest file goes first when a prefix is deleted,
+// the newest first otherwise, so a crash part way leaves contiguous entries
+// that are either kept or covered by a snapshot. Called under wmu.
 func (s *Store) removeSegments(from, to int) error {
 	if from >= to {
 		return nil
 	}
 	gone := slices.Clone(s.segs[from:to])
+	kept := slices.Concat(s.segs[:from], s.segs[to:])
+	if slices.ContainsFunc(gone, func(g *segment) bool { return g.recorded }) {
+		if err := s.saveManifest(kept); err != nil {
+			return err
+		}
+	}
 	order := slices.Clone(gone)
 	if from > 0 || to == len(s.segs) {
 		slices.Reverse(order)
 	}
 	for _, g := range order {
-		if err := os.Remove(g.path); err != nil {
-			return fmt.Errorf("raftlog: remove segment: %w", err)
+		if err := s.fs.Remove(g.path); err != nil {
+			return fmt.Errorf("raftlog: remove segment: %w", classify(err))
 		}
 	}
-	if err := syncDir(s.dir); err != nil {
-		return err
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return fmt.Errorf("raftlog: sync dir %s: %w", s.dir, classify(err))
 	}
 	s.mu.Lock()
-	s.segs = slices.Delete(s.segs, from, to)
+	s.segs = kept
 	s.mu.Unlock()
 	// A reader that picked one of these files before the bounds moved gets
 	// an error from it and finds its entry gone.
@@ -558,18 +648,16 @@ func (s *Store) removeSegments(from, to int) error {
 func (s *Store) Close() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	select {
-	case <-s.stopPrep:
-	default:
-		close(s.stopPrep)
-	}
-	s.prepWG.Wait()
+	s.spare.close()
 	return s.closeFiles()
 }
 
 func (s *Store) closeFiles() error {
 	var errs []error
 	for _, g := range s.segs {
+		if g.f == nil {
+			continue
+		}
 		if err := g.f.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raftlog: close %s: %w", g.path, err))
 		}
@@ -657,15 +745,15 @@ func decodePayload(p []byte, l *raft.Log) error {
 }
 
 // zeroSync overwrites f from from to to with zeros and makes it durable.
-func zeroSync(f *os.File, from, to int64) error {
+func zeroSync(f segFile, from, to int64) error {
 	zeros := make([]byte, min(to-from, 1<<20))
 	for off := from; off < to; off += int64(len(zeros)) {
 		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off); err != nil {
-			return fmt.Errorf("raftlog: zero %s: %w", f.Name(), err)
+			return fmt.Errorf("raftlog: zero %s: %w", f.Name(), classify(err))
 		}
 	}
-	if err := fdatasync(f); err != nil {
-		return fmt.Errorf("raftlog: sync %s: %w", f.Name(), err)
+	if err := f.Datasync(); err != nil {
+		return fmt.Errorf("raftlog: sync %s: %w", f.Name(), classify(err))
 	}
 	return nil
 }
@@ -678,17 +766,4 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// syncDir makes the creation or removal of files in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("raftlog: open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("raftlog: sync dir %s: %w", dir, err)
-	}
-	return nil
 }

@@ -18,3 +18,13 @@ func fdatasync(f *os.File) error {
 	}
 	return serr
 }
+
+// freeSpace is the space available to an unprivileged writer in dir's
+// file system.
+func freeSpace(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}

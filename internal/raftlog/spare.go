@@ -1,0 +1,176 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// spareRetry is how long a failed preparation of the next segment waits
+// before it tries again.
+const spareRetry = time.Second
+
+// spare prepares, in the background, the zero-filled file the next segment
+// is made from. It never takes the last free space of the file system: it
+// leaves at least one segment's worth for snapshots and raft.db, and while
+// there is no room it tries again every spareRetry, reporting the failure
+// as the store's health.
+type spare struct {
+	s    *Store
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	ready   bool          // the prepared file exists
+	running bool          // the preparing goroutine runs
+	attempt chan struct{} // closed when the attempt under way ends; nil between attempts
+}
+
+func (p *spare) init(s *Store) {
+	p.s = s
+	p.stop = make(chan struct{})
+}
+
+// path is where the prepared file lives.
+func (p *spare) path() string { return filepath.Join(p.s.dir, spareName) }
+
+// start prepares the next segment file unless it is ready or being prepared.
+func (p *spare) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ready || p.running {
+		return
+	}
+	p.running = true
+	p.attempt = make(chan struct{})
+	p.wg.Add(1)
+	go p.loop(p.attempt)
+}
+
+// loop prepares the spare until it succeeds or the store closes; done is
+// the first attempt's, set by start so that take waits for it.
+func (p *spare) loop(done chan struct{}) {
+	defer p.wg.Done()
+	for {
+		if done == nil {
+			p.mu.Lock()
+			done = make(chan struct{})
+			p.attempt = done
+			p.mu.Unlock()
+		}
+
+		err := p.prepare()
+		if errors.Is(err, errClosed) {
+			err = nil // not a failure of the disk; the store is closing
+		}
+
+		p.mu.Lock()
+		p.attempt = nil
+		if err == nil {
+			p.ready, p.running = true, false
+		}
+		close(done)
+		done = nil
+		p.mu.Unlock()
+		p.s.health.setPrep(err)
+		if err == nil {
+			return
+		}
+		select {
+		case <-p.stop:
+			p.mu.Lock()
+			p.running = false
+			p.mu.Unlock()
+			return
+		case <-time.After(spareRetry):
+		}
+	}
+}
+
+// take moves the prepared file to path and reports true, waiting for an
+// attempt under way; it reports false when no prepared file is ready.
+func (p *spare) take(path string) (bool, error) {
+	p.mu.Lock()
+	if done := p.attempt; done != nil && !p.ready {
+		p.mu.Unlock()
+		<-done
+		p.mu.Lock()
+	}
+	defer p.mu.Unlock()
+	if !p.ready {
+		return false, nil
+	}
+	p.ready = false
+	if err := p.s.fs.Rename(p.path(), path); err != nil {
+		return false, fmt.Errorf("raftlog: create segment: %w", classify(err))
+	}
+	return true, nil
+}
+
+// prepare writes the spare file, full of zeros, after checking that the
+// file system keeps room for one more segment beside it.
+func (p *spare) prepare() error {
+	s := p.s
+	path := p.path()
+	// A spare left by an earlier run may be partly written: make it anew.
+	if err := s.fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("raftlog: remove %s: %w", path, classify(err))
+	}
+	free, err := s.fs.Free(s.dir)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	if free >= 0 && free < 2*s.segSize {
+		return fmt.Errorf("%w: %d bytes free in %s, the next %d-byte log segment is made only with as much again to spare",
+			ErrNoSpace, free, s.dir, s.segSize)
+	}
+	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC)
+	if err != nil {
+		return fmt.Errorf("raftlog: create %s: %w", path, classify(err))
+	}
+	err = fill(f, s.segSize, p.stop)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = classify(cerr)
+	}
+	if err != nil {
+		// Give the space back: a half-made spare is of no use.
+		_ = s.fs.Remove(path)
+		return fmt.Errorf("raftlog: prepare %s: %w", path, err)
+	}
+	return nil
+}
+
+// errClosed ends a preparation when the store closes.
+var errClosed = errors.New("store closed")
+
+// fill writes size zero bytes to f and syncs it.
+func fill(f segFile, size int64, stop <-chan struct{}) error {
+	zeros := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; off += int64(len(zeros)) {
+		select {
+		case <-stop:
+			return errClosed
+		default:
+		}
+		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), size-off)], off); err != nil {
+			return classify(err)
+		}
+	}
+	if err := f.Datasync(); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+// close stops the preparation and waits for it.
+func (p *spare) close() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	p.wg.Wait()
+}
