@@ -128,6 +128,7 @@ func TestStorageDamagedRecordRefusesAndLosesNothing(t *testing.T) {
 	if !strings.Contains(line, "corrupt") || !strings.Contains(line, seg.Path) {
 		t.Fatalf("%s's refusal does not say corrupt and name %s: %q", b.ID, seg.Path, line)
 	}
+	t.Logf("%s refused to start: %s", b.ID, line)
 	m := offsetInError.FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("%s's refusal names no offset: %q", b.ID, line)
@@ -204,9 +205,6 @@ func TestStorageDamagedRecordRefusesAndLosesNothing(t *testing.T) {
 	c.WaitSameState()
 }
 
-// tornRecord is the warning a node logs when it cuts off a torn append.
-var tornRecord = regexp.MustCompile(`cutting off a torn record`)
-
 // TestStorageTornTailIsCutAndNodeCatchesUp tears a follower's last append
 // the way a crash mid-write leaves it: zeros from a sector boundary inside
 // the last record to the end. The follower cuts the record off with a
@@ -245,7 +243,7 @@ func TestStorageTornTailIsCutAndNodeCatchesUp(t *testing.T) {
 	t.Logf("zeroed [%d, %d) of %s: the last record (entry %d) starts at %d", boundary, last.End, seg.Path, last.Index, last.Offset)
 
 	c.Start(f)
-	c.WaitLog(f, tornRecord)
+	c.WaitLog(f, harness.TornAppendLog)
 	c.WaitHealthy(f)
 	c.WaitSameState()
 	r, err = f.PostJSON("/services/v1/lease", map[string]any{"namespace": ns, "key": "big", "ttl_seconds": storageLeaseTTL}, "")

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -31,9 +30,6 @@ const (
 	// damageSnapshot flips or zeroes bytes of the newest snapshot's state.
 	damageSnapshot = "snapshot"
 )
-
-// tornRecordLog is the warning a node logs when it cuts off a torn append.
-var tornRecordLog = regexp.MustCompile(`cutting off a torn record`)
 
 // damage is what the storage nemesis did to one node's files.
 type damage struct {
@@ -124,7 +120,7 @@ func (nm *nemesis) judgeStart(n *harness.Node, d damage) bool {
 		switch {
 		case d.refuse:
 			r.problem("storage: %s started after %s; it must refuse a damaged record", n.ID, d.desc)
-		case d.start && !tornRecordLog.MatchString(n.LogSinceStart()):
+		case d.start && !harness.TornAppendLog.MatchString(n.LogSinceStart()):
 			r.problem("storage: %s started after %s without logging that it cut off the torn record", n.ID, d.desc)
 		}
 		return false

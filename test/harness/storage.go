@@ -245,6 +245,10 @@ func FileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// TornAppendLog matches the warning a node logs when it cuts off a torn
+// final append at start-up.
+var TornAppendLog = regexp.MustCompile(`cutting off a torn (record|final append)`)
+
 // ServeFailedLine is the line `holdfast serve` logs when it cannot start;
 // its error names what failed.
 var ServeFailedLine = regexp.MustCompile(`(?m)^.*holdfast serve failed.*$`)
