@@ -192,8 +192,8 @@ func lastLines(s string, k int) string {
 // (one in five) or damaged snapshot state (two in five, when there is a
 // snapshot).
 func damageFiles(rng *rand.Rand, dataDir string) (damage, error) {
-	x := rng.IntN(5)
-	if x >= 3 {
+	kinds := []string{damageFlip, damageZero, damageTorn}
+	if rng.IntN(5) >= 3 {
 		snap, err := harness.NewestSnapshot(dataDir)
 		if err != nil {
 			return damage{}, err
@@ -201,9 +201,14 @@ func damageFiles(rng *rand.Rand, dataDir string) (damage, error) {
 		if snap != "" {
 			return damageSnapshotState(rng, snap)
 		}
-		x = rng.IntN(3)
 	}
-	if x == 2 {
+	return damageLog(rng, dataDir, kinds[rng.IntN(len(kinds))])
+}
+
+// damageLog damages the newest segment: kind is damageFlip, damageZero or
+// damageTorn.
+func damageLog(rng *rand.Rand, dataDir, kind string) (damage, error) {
+	if kind == damageTorn {
 		return tearAppend(rng, dataDir)
 	}
 	seg, err := harness.NewestSegment(dataDir)
@@ -213,7 +218,7 @@ func damageFiles(rng *rand.Rand, dataDir string) (damage, error) {
 	last := seg.Records[len(seg.Records)-1]
 	d := damage{kind: damageFlip, file: seg.Path, refuse: true}
 	from, to := rng.Int64N(seg.End()), int64(0)
-	if x == 1 && last.Offset > 0 {
+	if kind == damageZero && last.Offset > 0 {
 		// Written records follow the zeros, so they cannot pass for the
 		// unwritten end of a torn append.
 		from = rng.Int64N(last.Offset)
