@@ -69,8 +69,8 @@ func acquireOnce(n *harness.Node, ns, key string, wait time.Duration) (*harness.
 // offsetInError is the offset a refusal names.
 var offsetInError = regexp.MustCompile(`offset (\d+)`)
 
-// TestStorageDamagedRecordRefusesAndLosesNothing is the damaged-byte
-// scenario of the README's "Storage faults": A leads, C is down, 30 leases
+// TestStorageDamagedRecordRefusesAndLosesNothing plays a damaged byte in
+// a follower's log end to end: A leads, C is down, 30 leases
 // are acknowledged by A and B, A and B are killed and one byte about 2 KB
 // before the end of B's written records is flipped. B must refuse to start,
 // naming the segment and the record's offset, and leave the file as it
