@@ -220,6 +220,11 @@ func (n *Node) openLog() error {
 		}
 	}
 	wal, err := raftlog.Open(path, raftlog.Options{Warn: n.log.Named("raftlog").Warn, Manifest: boltManifest{n.store}})
+	if err == nil {
+		if err = checkTermCoversLog(n.store, wal); err != nil {
+			_ = wal.Close()
+		}
+	}
 	if errors.Is(err, raftlog.ErrCorrupt) {
 		return fmt.Errorf("open raft log %s: %w; this node cannot prove it holds what it acknowledged, so it does not start: "+
 			"keep a copy of its data directory to study it, empty the directory and start the node again with --join <a member's HTTP address> under the same --node-id (the README's \"Storage faults\")", path, err)
