@@ -42,6 +42,9 @@ type damage struct {
 	// must start (a torn append). A damaged snapshot may do either, as long
 	// as a refusal names it.
 	refuse, start bool
+	// sum is the SHA-256 of the damaged segment, which a refusal must leave
+	// as it is ("" for a snapshot).
+	sum string
 }
 
 // storage stops one member (SIGKILL or SIGTERM), damages its newest log
@@ -136,6 +139,11 @@ func (nm *nemesis) judgeStart(n *harness.Node, d damage) bool {
 	case !named:
 		r.problem("storage: %s exited (%s) after %s without naming %s in a refusal; log tail:\n%s", n.ID, state, d.desc, d.file, lastLines(n.LogSinceStart(), 15))
 	}
+	if d.sum != "" {
+		if sum, err := harness.FileSHA256(d.file); err != nil || sum != d.sum {
+			r.problem("storage: %s changed the damaged %s while refusing to start (%v)", n.ID, d.file, err)
+		}
+	}
 	return true
 }
 
@@ -226,6 +234,9 @@ func damageLog(rng *rand.Rand, dataDir, kind string) (damage, error) {
 	}
 	what, err := zeroOrFlip(seg.Path, from, to)
 	if err != nil {
+		return damage{}, err
+	}
+	if d.sum, err = harness.FileSHA256(seg.Path); err != nil {
 		return damage{}, err
 	}
 	if to > 0 && strings.HasPrefix(what, "zeroed") {

@@ -45,9 +45,10 @@ func fillLog(t *testing.T, rng *rand.Rand, dataDir string, n int) {
 
 // TestStorageDamageAgainstTheStore gives the storage nemesis's log damage
 // to the real log store, many times over: a flip or zeroed bytes inside the
-// records must make it refuse to open with ErrCorrupt naming the segment;
-// the nemesis's torn append must be cut off with a warning and every entry
-// kept. Otherwise the nemesis would judge the nodes by the wrong rule.
+// records must make it refuse to open with ErrCorrupt naming the segment,
+// leaving the segment as it is; the nemesis's torn append must be cut off
+// with a warning and every entry kept. Otherwise the nemesis would judge
+// the nodes by the wrong rule.
 func TestStorageDamageAgainstTheStore(t *testing.T) {
 	const entries = 60
 	for _, kind := range []string{damageFlip, damageZero, damageTorn} {
@@ -70,6 +71,9 @@ func TestStorageDamageAgainstTheStore(t *testing.T) {
 					}
 					if !errors.Is(err, raftlog.ErrCorrupt) || !strings.Contains(err.Error(), d.file) {
 						t.Fatalf("after %s: want ErrCorrupt naming %s, got %v", d.desc, d.file, err)
+					}
+					if sum, err := harness.FileSHA256(d.file); err != nil || sum != d.sum {
+						t.Errorf("after %s: the refusing store changed the segment (%v)", d.desc, err)
 					}
 					return
 				}
