@@ -89,6 +89,9 @@ func tornVerdict(data []byte, off int64) string {
 		return fmt.Sprintf("its length %d is beyond any record", n)
 	}
 	end := off + headerSize + n
+	if end > size+maxPastEnd {
+		return fmt.Sprintf("its length %d runs more than %d bytes past the end of the file", n, maxPastEnd)
+	}
 	zeros := zeroTail(data)
 	from := (zeros + sectorSize - 1) / sectorSize * sectorSize
 	if from >= end {
@@ -98,18 +101,22 @@ func tornVerdict(data []byte, off int64) string {
 	if off+headerSize < size {
 		payload = append(payload, data[off+headerSize:min(end, size)]...)
 	}
+	// checksum is the CRC-32C of the payload's first k bytes, zeros past the file.
+	checksum := func(k int64) uint32 {
+		c := crc32.Checksum(payload[:min(k, int64(len(payload)))], castagnoli)
+		if pad := k - int64(len(payload)); pad > 0 {
+			c = crcZeros(c, pad)
+		}
+		return c
+	}
 	m, extLen, parsed := naturalLength(payload, n)
-	if parsed && m < n && crc32.Checksum(payload[:m], castagnoli) == sum {
+	if parsed && m < n && checksum(m) == sum {
 		return fmt.Sprintf("it is a whole record of %d bytes with a good checksum whose length field says %d", m, n)
 	}
 	if parsed && m == n && extLen == 0 && end-from == 1 {
 		return "only its last byte is zero, which a record without extensions always has"
 	}
-	actual := crc32.Checksum(payload, castagnoli)
-	if pad := n - int64(len(payload)); pad > 0 {
-		actual = crcZeros(actual, pad)
-	}
-	syndrome := actual ^ sum
+	syndrome := checksum(n) ^ sum
 	if bits.OnesCount32(syndrome) == 1 {
 		return "one bit of its checksum differs"
 	}
@@ -118,6 +125,11 @@ func tornVerdict(data []byte, off int64) string {
 	}
 	return ""
 }
+
+// maxPastEnd bounds how far past the end of a segment file a torn record
+// may reach: only an append that grew the file (a segment made when no
+// zero-filled one was ready) can reach past it, by at most one record.
+const maxPastEnd = 1 << 20
 
 // zeroTail is where the zeros at the end of data begin.
 func zeroTail(data []byte) int64 {
