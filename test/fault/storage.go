@@ -5,6 +5,7 @@ package fault
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -214,10 +215,14 @@ func damageFiles(rng *rand.Rand, dataDir string) (damage, error) {
 }
 
 // damageLog damages the newest segment: kind is damageFlip, damageZero or
-// damageTorn.
+// damageTorn (a flip when the segment has no room for a torn append).
 func damageLog(rng *rand.Rand, dataDir, kind string) (damage, error) {
 	if kind == damageTorn {
-		return tearAppend(rng, dataDir)
+		d, err := tearAppend(rng, dataDir)
+		if !errors.Is(err, errNoRoom) {
+			return d, err
+		}
+		kind = damageFlip
 	}
 	seg, err := harness.NewestSegment(dataDir)
 	if err != nil {
@@ -278,6 +283,9 @@ func allZero(b []byte) bool {
 	return true
 }
 
+// errNoRoom: the newest segment is too full for a torn append.
+var errNoRoom = errors.New("no room for a torn append")
+
 // tearAppend writes a torn append just past the records of the newest
 // segment file: a header announcing a record that spans three sectors
 // more than was written, and random bytes up to the first sector boundary
@@ -298,7 +306,7 @@ func tearAppend(rng *rand.Rand, dataDir string) (damage, error) {
 	boundary := (start+harness.RecordHeaderSize)/harness.SectorSize*harness.SectorSize + harness.SectorSize
 	length := boundary - start - harness.RecordHeaderSize + 3*harness.SectorSize
 	if start+harness.RecordHeaderSize+length > seg.Size {
-		return damage{}, fmt.Errorf("segment %s has no room for a torn append after offset %d", seg.Path, start)
+		return damage{}, fmt.Errorf("%w: segment %s after offset %d", errNoRoom, seg.Path, start)
 	}
 	b := make([]byte, boundary-start)
 	for i := range b {
