@@ -4,8 +4,8 @@
 // holdfast processes (through test/harness), puts a TCP fault proxy on
 // every directed link between them, drives concurrent clients, injects
 // faults from outside the processes (kill, pause, partitions, clock skew,
-// membership changes), records the history of every operation as JSON
-// lines, heals, waits for the replicas to converge, and checks the history:
+// membership changes, damaged log segments and snapshots), records the
+// history of every operation as JSON lines, heals, waits for the replicas to converge, and checks the history:
 // linearizability of leases with Porcupine, fencing, durability of
 // acknowledged work, queue totals and delivery rules, and equal state
 // hashes. Planted-bug builds prove each check can fail.

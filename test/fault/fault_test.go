@@ -86,8 +86,16 @@ func matrix() []Scenario {
 			add(WorkloadQueue, n)
 		}
 	}
+	// Last, so they never push the scenarios above out of the budget:
+	// storage damage, three nodes, shorter runs (two or three faults each).
+	for _, wl := range []string{WorkloadLease, WorkloadQueue} {
+		out = append(out, scenario(wl, NemesisStorage, 3, storageRun))
+	}
 	return out
 }
+
+// storageRun is how long the clients of a storage scenario run.
+const storageRun = 30 * time.Second
 
 // smoke is what `go test ./...` runs by default.
 func smoke() []Scenario {

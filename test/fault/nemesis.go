@@ -84,6 +84,8 @@ func (nm *nemesis) inject(ctx context.Context, kind string) *fault {
 		return nm.clock(ctx, true)
 	case NemesisMembership:
 		return nm.membership()
+	case NemesisStorage:
+		return nm.storage()
 	}
 	nm.r.problem("unknown nemesis %q", kind)
 	return nil

@@ -44,6 +44,7 @@ const (
 	NemesisClock      = "clock"
 	NemesisClockCrash = "clock-crash"
 	NemesisMembership = "membership"
+	NemesisStorage    = "storage"
 	NemesisMix        = "mix"
 )
 
@@ -210,6 +211,7 @@ type nodeStatus struct {
 	Term          uint64           `json:"term"`
 	CommitIndex   uint64           `json:"commit_index"`
 	AppliedIndex  uint64           `json:"applied_index"`
+	LastLogIndex  uint64           `json:"last_log_index"`
 	Ready         bool             `json:"ready"`
 	StateHash     string           `json:"state_hash"`
 	ClockSkewed   bool             `json:"clock_skewed"`

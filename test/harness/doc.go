@@ -6,7 +6,8 @@
 // helpers for the ops endpoints. It is meant to be the base of the fault
 // (Jepsen-style) suite: pauses (SIGSTOP/SIGCONT), kills, restarts with other
 // flags, per-node advertise addresses (for TCP fault proxies) and extra flags
-// per start are all available.
+// per start are all available, and storage.go reads and damages a stopped
+// node's log segments and snapshots for storage-fault tests.
 //
 // Typical use, from a test package's TestMain:
 //
