@@ -520,38 +520,16 @@ func (n *Node) FatalErr() error {
 	}
 }
 
-// refuseElections returns why this node must stay out of elections now, or
-// nil. That is while its log or raft.db cannot be written, except once a
-// full disk has room again: the log store keeps an append's failure until
-// an append succeeds, and a node that takes part in no election may have
-// no leader to append for it (a single node, or a cluster whose every
-// member filled up), so the room the store asks before it prepares a
-// segment (twice the segment size) is enough to stand again. If the append
-// still fails, the node steps down at once.
+// refuseElections returns why this node must stay out of elections now
+// (its log or raft.db cannot be written), or nil. A log that failed for
+// want of space reports itself writable again once its file system has
+// room, without waiting for an append a node out of elections may never
+// be sent.
 func (n *Node) refuseElections() error {
-	f := n.storage.writeFault(n.cfg.NodeID)
-	if f == nil {
-		return nil
+	if f := n.storage.writeFault(n.cfg.NodeID); f != nil {
+		return f
 	}
-	if f.Kind == StorageLog && errors.Is(f.Err, raftlog.ErrNoSpace) && n.logHasRoom() {
-		return nil
-	}
-	return f
-}
-
-// logHasRoom reports whether the log's file system has the room the log
-// store asks before it prepares the next segment; true where the free
-// space cannot be known, as the store then goes ahead too.
-func (n *Node) logHasRoom() bool {
-	free, err := freeBytes(n.cfg.logPath())
-	if err != nil || free < 0 {
-		return true
-	}
-	seg := n.cfg.LogSegmentSize
-	if seg <= 0 {
-		seg = raftlog.DefaultSegmentSize
-	}
-	return free >= 2*seg
+	return nil
 }
 
 // appendError maps the error of a leader's failed append: a StorageError

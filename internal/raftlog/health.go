@@ -16,6 +16,7 @@ type health struct {
 	prep     error // the last preparation's failure; nil after a success
 	poisoned error // set once, never cleared
 	reported error // what notify was last told
+	watching bool  // watchSpace runs
 }
 
 // current is the condition to report: poisoned, then a failed write, then

@@ -119,13 +119,8 @@ func (p *spare) prepare() error {
 	if err := s.fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("raftlog: remove %s: %w", path, classify(err))
 	}
-	free, err := s.fs.Free(s.dir)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrStorage, err)
-	}
-	if free >= 0 && free < 2*s.segSize {
-		return fmt.Errorf("%w: %d bytes free in %s, the next %d-byte log segment is made only with as much again to spare",
-			ErrNoSpace, free, s.dir, s.segSize)
+	if err := s.room(); err != nil {
+		return err
 	}
 	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC)
 	if err != nil {
@@ -173,4 +168,63 @@ func (p *spare) close() {
 		close(p.stop)
 	}
 	p.wg.Wait()
+}
+
+// room reports, as an error wrapping ErrNoSpace, that the file system has
+// less than two segments' worth of free space: the room the store asks
+// before it prepares a segment, so the preparation never takes the last
+// free space, nor an append the space snapshots and raft.db need.
+func (s *Store) room() error {
+	free, err := s.fs.Free(s.dir)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	if free >= 0 && free < 2*s.segSize {
+		return fmt.Errorf("%w: %d bytes free in %s, the next %d-byte log segment is made only with as much again to spare",
+			ErrNoSpace, free, s.dir, s.segSize)
+	}
+	return nil
+}
+
+// watchSpace, started when an append fails for want of space, ends that
+// condition once the file system has room again (see room), checking every
+// spareRetry: a node kept out of elections while its log cannot be written
+// may have no leader to send it the append that would show it can.
+func (s *Store) watchSpace() {
+	s.health.mu.Lock()
+	if s.health.watching {
+		s.health.mu.Unlock()
+		return
+	}
+	s.health.watching = true
+	s.health.mu.Unlock()
+	s.spare.wg.Add(1)
+	go func() {
+		defer s.spare.wg.Done()
+		defer func() {
+			s.health.mu.Lock()
+			s.health.watching = false
+			s.health.mu.Unlock()
+		}()
+		for {
+			select {
+			case <-s.spare.stop:
+				return
+			case <-time.After(spareRetry):
+			}
+			if s.room() != nil {
+				continue
+			}
+			done := false
+			s.health.update(func() {
+				if errors.Is(s.health.write, ErrNoSpace) {
+					s.health.write = nil
+				}
+				done = s.health.write == nil
+			})
+			if done {
+				return
+			}
+		}
+	}()
 }

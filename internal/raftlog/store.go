@@ -408,6 +408,9 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	g, err := s.activeSegment(next, len(buf))
 	if err != nil {
 		s.health.setWrite(err)
+		if errors.Is(err, ErrNoSpace) {
+			s.watchSpace()
+		}
 		return err
 	}
 	for i := range offs {
@@ -452,6 +455,9 @@ func (s *Store) undoWrite(g *segment, n int, werr error) error {
 		return s.health.poison(fmt.Errorf("%w; undoing it failed: %w", werr, err))
 	}
 	s.health.setWrite(werr)
+	if errors.Is(werr, ErrNoSpace) {
+		s.watchSpace()
+	}
 	return werr
 }
 
