@@ -77,6 +77,10 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
 	n.snaps = &watchedSnapshots{SnapshotStore: snaps, health: n.storage}
+	if err := n.checkSnapshots(snaps, n.logs); err != nil {
+		n.closeStores()
+		return nil, fmt.Errorf("%w; to bring this node back, empty its data directory and start it again with --join <a member's HTTP address> under the same --node-id (the README's \"Storage faults\")", err)
+	}
 	hasState, err := raft.HasExistingState(n.logs, n.store, snaps)
 	if err != nil {
 		n.closeStores()

@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// snapshotted runs a single node that takes a snapshot after each of three
+// rounds of five acquires, then a fourth round, and stops it. It returns the config and
+// the snapshot directories, newest first. A small segment size lets
+// compaction remove whole segment files.
+func snapshotted(t *testing.T, trailing uint64, segment int64) (Config, []string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := testConfig(t, "solo", dir, true)
+	cfg.TrailingLogs, cfg.LogSegmentSize = trailing, segment
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	for i := range 4 {
+		for k := range 5 {
+			key := fmt.Sprintf("k%d-%d", i, k)
+			if _, err := acquire(context.Background(), n, key, "owner-"+key); err != nil {
+				t.Fatalf("acquire %s: %v", key, err)
+			}
+		}
+		if i < 3 {
+			if err := n.raft.Snapshot().Error(); err != nil {
+				t.Fatalf("snapshot: %v", err)
+			}
+		}
+	}
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store, err := raft.NewFileSnapshotStore(dir, 3, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metas, err := store.List()
+	if err != nil || len(metas) < 2 {
+		t.Fatalf("snapshots: %v %v", metas, err)
+	}
+	var snaps []string
+	for _, m := range metas {
+		snaps = append(snaps, filepath.Join(dir, "snapshots", m.ID))
+	}
+	cfg.Logger = testConfig(t, "solo", dir, true).Logger
+	return cfg, snaps
+}
+
+func flipByte(t *testing.T, path string, at func(size int) int) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[at(len(b))] ^= 0x20
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestDamagedNewestSnapshotFallsBack: a damaged newest snapshot (its state
+// or its meta) is passed over, kept aside with its bytes, and the node
+// starts from the older snapshot and its log with every write it had.
+func TestDamagedNewestSnapshotFallsBack(t *testing.T) {
+	for name, file := range map[string]string{"state": "state.bin", "meta": "meta.json"} {
+		t.Run(name, func(t *testing.T) {
+			cfg, snaps := snapshotted(t, 10240, 0)
+			damaged := flipByte(t, filepath.Join(snaps[0], file), func(size int) int { return size / 2 })
+			n := open(t, cfg)
+			waitReadyLeader(t, n)
+			if name == "state" {
+				kept, err := os.ReadFile(filepath.Join(cfg.DataDir, damagedSnapshotsDir, filepath.Base(snaps[0]), file))
+				if err != nil || !bytes.Equal(kept, damaged) {
+					t.Fatalf("the damaged snapshot was not kept as it was: %v", err)
+				}
+			}
+			r, err := acquire(context.Background(), n, "e", "owner-e")
+			if err != nil || r.Outcome != fsm.LeaseGranted || r.FencingToken != 21 {
+				// Fence 21: the entries after the older snapshot were replayed.
+				t.Fatalf("acquire after the fallback: %+v %v, want fence 21", r, err)
+			}
+		})
+	}
+}
+
+// TestDamagedSnapshotWithoutLogRefuses: when the log was compacted past the
+// older snapshots, a damaged newest snapshot leaves entries nobody on this
+// node holds: the node refuses to start, names the snapshot and the log's
+// range, and moves nothing.
+func TestDamagedSnapshotWithoutLogRefuses(t *testing.T) {
+	cfg, snaps := snapshotted(t, 1, 256)
+	flipByte(t, filepath.Join(snaps[0], "state.bin"), func(size int) int { return size - 40 })
+	n, err := Open(cfg)
+	if err == nil {
+		_ = n.Kill()
+		t.Fatal("the node started with missing state")
+	}
+	msg := err.Error()
+	if !errors.Is(err, ErrCorruptSnapshot) || !strings.Contains(msg, filepath.Base(snaps[0])) || !strings.Contains(msg, "log holds entries") ||
+		!strings.Contains(msg, "--join") {
+		t.Fatalf("start: %v", err)
+	}
+	if _, err := os.Stat(snaps[0]); err != nil {
+		t.Fatalf("the damaged snapshot was moved: %v", err)
+	}
+}
