@@ -37,6 +37,22 @@ type BackupHeader struct {
 	// NodeID is the leader that took it; CreatedAt its clock then (RFC 3339).
 	NodeID    string `json:"node_id"`
 	CreatedAt string `json:"created_at"`
+	// FencingCounter is the last fencing token the snapshot's state had
+	// issued (absent from backups made before it was recorded).
+	FencingCounter uint64 `json:"fencing_counter,omitempty"`
+}
+
+// RestoreGap is how far above a backup's fencing counter a restore starts
+// its tokens at least: room for the tokens the backed-up cluster can have
+// issued after the backup was taken.
+const RestoreGap = 1_000_000_000
+
+// RestoreFloor is the fencing counter a restore at now starts from: above
+// the backup's counter by RestoreGap, and above now in milliseconds times
+// 1000, so that a later restore of the same backup starts higher still
+// (as long as fewer than 1000 tokens a millisecond were issued in between).
+func RestoreFloor(counter uint64, now time.Time) uint64 {
+	return max(counter+RestoreGap, uint64(max(now.UnixMilli(), 0))*1000)
 }
 
 // Backup is a backup file's content, checked.
@@ -104,12 +120,16 @@ func DecodeBackup(data []byte) (*Backup, fsm.SnapshotSummary, error) {
 	}
 	snap := data[nl+1:]
 	sum := sha256.Sum256(snap)
-	if int64(len(snap)) != h.Size || hex.EncodeToString(sum[:]) != h.SHA256 {
-		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: the snapshot is %d bytes with another checksum than its header says (truncated or altered)", ErrBackup, len(snap))
+	if got := hex.EncodeToString(sum[:]); int64(len(snap)) != h.Size || got != h.SHA256 {
+		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: checksum mismatch: the header gives sha256 %s for %d bytes, the %d bytes that follow it have sha256 %s (the file is truncated or altered)",
+			ErrBackup, h.SHA256, h.Size, len(snap), got)
 	}
 	summary, err := fsm.InspectSnapshot(snap)
 	if err != nil {
 		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: %w", ErrBackup, err)
+	}
+	if h.FencingCounter != 0 && h.FencingCounter != summary.FencingCounter {
+		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: the header's fencing_counter %d is not the snapshot's %d", ErrBackup, h.FencingCounter, summary.FencingCounter)
 	}
 	return &Backup{Header: h, Snapshot: snap}, summary, nil
 }
@@ -151,10 +171,15 @@ func (n *Node) TakeBackup(ctx context.Context) (*Backup, error) {
 		return nil, fmt.Errorf("open the snapshot: %w", err)
 	}
 	h := sha256.New()
-	size, err := io.Copy(h, rc)
+	prefix := &prefixWriter{max: fsm.SnapshotPrefixLen}
+	size, err := io.Copy(io.MultiWriter(h, prefix), rc)
 	if cerr := rc.Close(); err == nil {
 		err = cerr
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read the snapshot: %w", err)
+	}
+	fencing, err := fsm.SnapshotFencing(prefix.b)
 	if err != nil {
 		return nil, fmt.Errorf("read the snapshot: %w", err)
 	}
@@ -162,10 +187,24 @@ func (n *Node) TakeBackup(ctx context.Context) (*Backup, error) {
 		Format: BackupFormat, Index: meta.Index, Term: meta.Term,
 		Size: size, SHA256: hex.EncodeToString(h.Sum(nil)),
 		NodeID: n.cfg.NodeID, CreatedAt: n.cfg.Now().UTC().Format(time.RFC3339),
+		FencingCounter: fencing,
 	}, open: func() (io.ReadCloser, error) {
 		_, rc, err := n.snaps.Open(meta.ID)
 		return rc, err
 	}}, nil
+}
+
+// prefixWriter keeps the first max bytes written to it.
+type prefixWriter struct {
+	b   []byte
+	max int
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	if k := w.max - len(w.b); k > 0 {
+		w.b = append(w.b, p[:min(k, len(p))]...)
+	}
+	return len(p), nil
 }
 
 // backupTimeout is what is left of ctx for a Raft call that takes a timeout.
@@ -197,9 +236,17 @@ func (n *Node) restore(b *Backup) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), restoreWait)
 	defer cancel()
+	restored := n.fsm.FencingCounter()
+	floor := &fsm.FenceFloor{Now: n.Now(), Floor: RestoreFloor(restored, n.cfg.Now())}
+	if err := floor.Valid(); err != nil {
+		return fmt.Errorf("%w: %w", ErrRestoreRefused, err)
+	}
+	if _, err := n.Propose(ctx, floor); err != nil {
+		return fmt.Errorf("restore: raise the fencing counter above every token issued after the backup: %w", err)
+	}
 	n.ensureSelfInDirectory(ctx)
 	n.log.Info("restored a backup", "index", b.Header.Index, "term", b.Header.Term, "from_node", b.Header.NodeID, "taken_at", b.Header.CreatedAt,
-		"fencing_counter", n.fsm.FencingCounter())
+		"backup_fencing_counter", restored, "fencing_counter", n.fsm.FencingCounter())
 	return nil
 }
 

@@ -29,6 +29,7 @@ const (
 	TypeRemoveNode    CommandType = 14
 	TypeBatch         CommandType = 15
 	TypeJobRetry      CommandType = 16
+	TypeFenceFloor    CommandType = 17
 )
 
 // bodyVersion is the version byte written after the type byte. Decoders
@@ -561,6 +562,8 @@ func newCommand(t CommandType) Command {
 		return &Batch{}
 	case TypeJobRetry:
 		return &JobRetry{}
+	case TypeFenceFloor:
+		return &FenceFloor{}
 	}
 	return nil
 }

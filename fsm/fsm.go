@@ -65,7 +65,8 @@ func (f *FSM) ApplyCommand(c Command) interface{} {
 
 // apply advances the clock and dispatches on the command type. The result
 // is always one of the typed results: *LeaseResult, *QueueResult,
-// *SweepResult, *SettingsResult, *DirectoryResult or *BatchResult.
+// *SweepResult, *SettingsResult, *DirectoryResult, *FenceFloorResult or
+// *BatchResult.
 func (s *state) apply(c Command) interface{} {
 	s.advance(c.Stamp())
 	// A batch's own stamp is 0; its commands advance the clock themselves.
@@ -114,6 +115,9 @@ func (s *state) apply(c Command) interface{} {
 		return &r
 	case *RemoveNode:
 		r := s.applyRemoveNode(c)
+		return &r
+	case *FenceFloor:
+		r := s.applyFenceFloor(c)
 		return &r
 	case *Batch:
 		r := &BatchResult{Results: make([]interface{}, len(c.Commands))}

@@ -45,6 +45,7 @@ func sampleCommands() []Command {
 func FuzzDecode(f *testing.F) {
 	f.Add(Encode(&JobEnqueue{Now: 1, Key: "k", Payload: []byte("1")}))
 	f.Add(Encode(&SetSettings{Now: 1, Patch: PatchOf(DefaultSettings())}))
+	f.Add(Encode(&FenceFloor{Now: 1, Floor: 1_000_000_000}))
 	cmds := sampleCommands()
 	encoded := make([][]byte, len(cmds))
 	for i, c := range cmds {

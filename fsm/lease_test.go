@@ -371,3 +371,34 @@ func TestLeaseHeapOrderAndShrink(t *testing.T) {
 		t.Fatalf("drained heap: len %d cap %d (peak %d)", len(h), cap(h), peak)
 	}
 }
+
+// TestFenceFloor: a floor raises the fencing counter, never lowers it, and
+// the next grant is above it.
+func TestFenceFloor(t *testing.T) {
+	f := New()
+	grant := func(owner string) *LeaseResult {
+		return f.ApplyCommand(&LeaseAcquire{Now: t0, Lease: secret.LeaseID("ns", owner), Fingerprint: secret.FingerprintHash("ns", owner, ""),
+			Owner: secret.OwnerTokenHash(owner), TTLSeconds: 60}).(*LeaseResult)
+	}
+	if r := grant("a"); r.FencingToken != 1 {
+		t.Fatalf("first grant %d", r.FencingToken)
+	}
+	for _, c := range []struct {
+		floor, counter uint64
+		raised         bool
+	}{{1000, 1000, true}, {10, 1000, false}, {1000, 1000, false}, {5000, 5000, true}} {
+		r := f.ApplyCommand(&FenceFloor{Now: t0, Floor: c.floor}).(*FenceFloorResult)
+		if r.Counter != c.counter || r.Raised != c.raised || f.FencingCounter() != c.counter {
+			t.Fatalf("floor %d: %+v, counter %d; want %d raised %v", c.floor, *r, f.FencingCounter(), c.counter, c.raised)
+		}
+	}
+	if r := grant("b"); r.FencingToken != 5001 {
+		t.Fatalf("grant after the floor: %d, want 5001", r.FencingToken)
+	}
+	if err := (&FenceFloor{Floor: MaxFencingToken}).Valid(); err == nil {
+		t.Fatal("a floor that leaves no room below 2^53 was accepted")
+	}
+	if err := (&FenceFloor{Floor: 1 << 51}).Valid(); err != nil {
+		t.Fatalf("floor 2^51: %v", err)
+	}
+}

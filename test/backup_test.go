@@ -3,6 +3,7 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -292,4 +293,103 @@ func restoreRefused(t *testing.T, dataDir, file string, extra ...string) (int, s
 	}
 	t.Fatalf("serve --restore: %v", err)
 	return 0, ""
+}
+
+// TestRestoresNeverReissueFences restores one backup twice, each time into
+// a new cluster: fences issued on the old cluster after the backup was
+// taken are never issued again, the second restore starts above the first
+// restored cluster's fences, and a request id repeated after a restore never
+// gets a smaller fence than it got before. A damaged or truncated backup is
+// refused with its checksum named.
+func TestRestoresNeverReissueFences(t *testing.T) {
+	a := env.NewCluster(t, 1, harness.Options{})
+	a.StartBootstrap()
+	a.WaitAllReady()
+	cli := newCLIEnv(t, a.Nodes()...)
+	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
+	e := []string{"HOLDFAST_NAMESPACE=" + ns}
+	fence := func(c *cliEnv, key string, extra ...string) int64 {
+		t.Helper()
+		out := c.want(0, e, append([]string{"lease", "acquire", "--key", key, "--ttl", "3600", "--field", "fencing_token"}, extra...)...).stdout
+		var f int64
+		if _, err := fmt.Sscan(out, &f); err != nil {
+			t.Fatalf("fence %q: %v", out, err)
+		}
+		return f
+	}
+	heldID := strings.Repeat("h", 40)
+	laterID := strings.Repeat("l", 40)
+	held := fence(cli, "held-at-backup", "--request-id", heldID)
+	file := filepath.Join(cli.dir, "holdfast.backup")
+	saved := jsonOf(t, cli.want(0, nil, "snapshot", "save", file).stdout)
+	if saved["fencing_counter"].(float64) != float64(held) {
+		t.Fatalf("save reports fencing_counter %v, want %d", saved["fencing_counter"], held)
+	}
+	if floor := saved["restore_floor"].(float64); floor < float64(held)+1e9 || floor < float64(time.Now().UnixMilli())*1000-1e6 {
+		t.Fatalf("save reports restore_floor %v", floor)
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var header map[string]any
+	if err := json.Unmarshal(raw[:bytes.IndexByte(raw, '\n')], &header); err != nil || header["fencing_counter"].(float64) != float64(held) {
+		t.Fatalf("backup header %v (%v): want fencing_counter %d", header, err, held)
+	}
+	// The old cluster goes on issuing fences after the backup.
+	var afterBackup int64
+	later := fence(cli, "acquired-after-backup", "--request-id", laterID)
+	for i := range 20 {
+		afterBackup = fence(cli, fmt.Sprintf("after-backup-%d", i))
+	}
+	if afterBackup <= later {
+		t.Fatalf("fences after the backup: %d then %d", later, afterBackup)
+	}
+
+	restore := func() (*cliEnv, int64) {
+		t.Helper()
+		b := env.NewCluster(t, 1, harness.Options{})
+		b.Start(b.Node(0), "--restore", file)
+		b.WaitAllReady()
+		c := newCLIEnv(t, b.Nodes()...)
+		c.secrets = cli.secrets
+		first := fence(c, "new-"+b.Node(0).HTTPAddr)
+		return c, first
+	}
+	b, fromB := restore()
+	if fromB <= afterBackup {
+		t.Fatalf("the restored cluster granted fence %d; the old cluster had issued up to %d", fromB, afterBackup)
+	}
+	// The grant the backup holds answers its request id as before; a
+	// request id whose grant came after the backup gets a new, higher fence.
+	if f := fence(b, "held-at-backup", "--request-id", heldID); f != held {
+		t.Fatalf("repeating the request id of a grant in the backup: fence %d, want %d", f, held)
+	}
+	if f := fence(b, "acquired-after-backup", "--request-id", laterID); f <= later {
+		t.Fatalf("repeating a request id after the restore: fence %d, below the %d it got before", f, later)
+	}
+	var lastB int64
+	for i := range 5 {
+		lastB = fence(b, fmt.Sprintf("on-b-%d", i))
+	}
+
+	_, fromC := restore()
+	if fromC <= lastB {
+		t.Fatalf("the second restore of the same backup granted fence %d; the first restored cluster had issued %d", fromC, lastB)
+	}
+	t.Logf("fences: %d at the backup, up to %d after it, %d..%d on the first restore, %d on the second", held, afterBackup, fromB, lastB, fromC)
+
+	// A damaged or truncated backup is refused, its checksum named.
+	for name, damage := range map[string]func([]byte) []byte{
+		"flipped byte": func(b []byte) []byte { b[len(b)/2] ^= 1; return b },
+		"truncated":    func(b []byte) []byte { return b[:len(b)-100] },
+	} {
+		bad := filepath.Join(cli.dir, strings.ReplaceAll(name, " ", "-")+".backup")
+		if err := os.WriteFile(bad, damage(bytes.Clone(raw)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := restoreRefused(t, t.TempDir(), bad); code == 0 || !strings.Contains(out, "checksum mismatch") || !strings.Contains(out, header["sha256"].(string)) {
+			t.Errorf("--restore of a backup with a %s: exit %d\n%s", name, code, out)
+		}
+	}
 }

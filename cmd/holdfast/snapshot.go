@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/holdfast/holdfast/cluster"
 	"github.com/holdfast/holdfast/fsm"
@@ -20,22 +22,33 @@ import (
 func snapshotCommand(args []string, stdout, stderr io.Writer) int {
 	return dispatch("snapshot", []subcommand{
 		{"save", "save FILE: a consistent backup of the replicated state, taken on the leader (cluster key)", snapshotSave},
-		{"inspect", "inspect FILE: check a backup and print its index, term, checksum and counts", snapshotInspect},
+		{"inspect", "inspect FILE: check a backup and print its index, term, checksum, counts, fencing counter and the restore floor", snapshotInspect},
 	}, args, stdout, stderr)
 }
 
 // maxBackupBytes bounds the backup snapshot save reads into memory.
 const maxBackupBytes = 64 << 30
 
-// backupReport is what save and inspect print.
-type backupReport struct {
-	File string `json:"file"`
-	cluster.BackupHeader
-	fsm.SnapshotSummary
-}
-
+// printBackup prints what save and inspect report: the file, the backup's
+// header, the snapshot's summary (the header and the summary share the
+// fencing counter) and the restore floor a restore of it now would start
+// from, as one JSON object.
 func printBackup(stdout io.Writer, file string, b *cluster.Backup, sum fsm.SnapshotSummary) int {
-	out, err := json.Marshal(backupReport{File: file, BackupHeader: b.Header, SnapshotSummary: sum})
+	report := map[string]any{}
+	for _, part := range []any{b.Header, sum} {
+		raw, err := json.Marshal(part)
+		if err != nil {
+			return exitFailed
+		}
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber() // counters stay exact integers
+		if err := d.Decode(&report); err != nil {
+			return exitFailed
+		}
+	}
+	report["file"] = file
+	report["restore_floor"] = cluster.RestoreFloor(sum.FencingCounter, time.Now())
+	out, err := json.Marshal(report)
 	if err != nil {
 		return exitFailed
 	}
