@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"errors"
 	"os"
 	"strings"
@@ -20,20 +19,11 @@ func TestLostLogOrTermRefusesToStart(t *testing.T) {
 		"raft.db removed":  func(cfg Config) error { return os.Remove(cfg.boltPath()) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := testConfig(t, "solo", dir, true)
-			n := open(t, cfg)
-			waitReadyLeader(t, n)
-			if _, err := acquire(context.Background(), n, "k", "A"); err != nil {
-				t.Fatalf("acquire: %v", err)
-			}
-			if err := n.Shutdown(context.Background()); err != nil {
-				t.Fatalf("shutdown: %v", err)
-			}
+			cfg := stoppedSoloNode(t)
 			if err := damage(cfg); err != nil {
 				t.Fatal(err)
 			}
-			n2, err := Open(testConfig(t, "solo", dir, true))
+			n2, err := Open(testConfig(t, "solo", cfg.DataDir, true))
 			if err == nil {
 				_ = n2.Kill()
 				t.Fatal("the node started")

@@ -455,16 +455,8 @@ func TestWithdrawnProposalIsNeverApplied(t *testing.T) {
 // bolt, as data dirs made before the segment log are: the node keeps that
 // log, with its state, and makes no segment log beside it.
 func TestBoltLogOfAnOlderDataDirIsKept(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(t, "solo", dir, true)
-	n := open(t, cfg)
-	waitReadyLeader(t, n)
-	if _, err := acquire(context.Background(), n, "k", "A"); err != nil {
-		t.Fatalf("acquire: %v", err)
-	}
-	if err := n.Shutdown(context.Background()); err != nil {
-		t.Fatalf("shutdown: %v", err)
-	}
+	cfg := stoppedSoloNode(t)
+	dir := cfg.DataDir
 
 	// Move the log into bolt, the layout of an older data dir.
 	wal, err := raftlog.Open(cfg.logPath(), raftlog.Options{})
@@ -494,7 +486,7 @@ func TestBoltLogOfAnOlderDataDirIsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n = open(t, testConfig(t, "solo", dir, true))
+	n := open(t, testConfig(t, "solo", dir, true))
 	waitReadyLeader(t, n)
 	if n.wal != nil || n.logs != raft.LogStore(n.store) {
 		t.Fatal("the node did not keep the bolt log")
@@ -506,4 +498,20 @@ func TestBoltLogOfAnOlderDataDirIsKept(t *testing.T) {
 	if err != nil || r.Outcome != fsm.LeaseGranted || r.FencingToken != 2 {
 		t.Fatalf("acquire after reopening: %+v, %v (want fencing token 2: the state came back)", r, err)
 	}
+}
+
+// stoppedSoloNode runs a single-node cluster in a new data dir, grants one
+// lease (fence 1) and shuts the node down; it returns the node's config.
+func stoppedSoloNode(t *testing.T) Config {
+	t.Helper()
+	cfg := testConfig(t, "solo", t.TempDir(), true)
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	if _, err := acquire(context.Background(), n, "k", "A"); err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	return cfg
 }
