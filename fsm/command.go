@@ -30,6 +30,7 @@ const (
 	TypeBatch         CommandType = 15
 	TypeJobRetry      CommandType = 16
 	TypeFenceFloor    CommandType = 17
+	TypeSetLevel      CommandType = 18
 )
 
 // bodyVersion is the version byte written after the type byte. Decoders
@@ -564,6 +565,8 @@ func newCommand(t CommandType) Command {
 		return &JobRetry{}
 	case TypeFenceFloor:
 		return &FenceFloor{}
+	case TypeSetLevel:
+		return &SetLevel{}
 	}
 	return nil
 }

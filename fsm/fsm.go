@@ -65,8 +65,8 @@ func (f *FSM) ApplyCommand(c Command) interface{} {
 
 // apply advances the clock and dispatches on the command type. The result
 // is always one of the typed results: *LeaseResult, *QueueResult,
-// *SweepResult, *SettingsResult, *DirectoryResult, *FenceFloorResult or
-// *BatchResult.
+// *SweepResult, *SettingsResult, *DirectoryResult, *FenceFloorResult,
+// *LevelResult or *BatchResult.
 func (s *state) apply(c Command) interface{} {
 	s.advance(c.Stamp())
 	// A batch's own stamp is 0; its commands advance the clock themselves.
@@ -118,6 +118,9 @@ func (s *state) apply(c Command) interface{} {
 		return &r
 	case *FenceFloor:
 		r := s.applyFenceFloor(c)
+		return &r
+	case *SetLevel:
+		r := s.applySetLevel(c)
 		return &r
 	case *Batch:
 		r := &BatchResult{Results: make([]interface{}, len(c.Commands))}

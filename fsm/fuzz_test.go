@@ -46,6 +46,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Encode(&JobEnqueue{Now: 1, Key: "k", Payload: []byte("1")}))
 	f.Add(Encode(&SetSettings{Now: 1, Patch: PatchOf(DefaultSettings())}))
 	f.Add(Encode(&FenceFloor{Now: 1, Floor: 1_000_000_000}))
+	f.Add(Encode(&SetLevel{Now: 1, Level: 1}))
 	cmds := sampleCommands()
 	encoded := make([][]byte, len(cmds))
 	for i, c := range cmds {

@@ -105,9 +105,11 @@ func (g *gen) next() Command {
 	case 13:
 		return &JobRetry{Now: now, Queue: q, Token: tok, Job: job}
 	}
-	switch g.pick(17) {
+	switch g.pick(18) {
 	case 16:
 		return &FenceFloor{Now: now, Floor: uint64(g.pick(40))}
+	case 17:
+		return &SetLevel{Now: now, Level: uint32(g.pick(3))}
 	case 0:
 		n := fmt.Sprint(g.pick(3))
 		return &SetNode{Now: now, Node: NodeInfo{ID: "node" + n, HTTPAddr: "127.0.0.1:70" + n, RaftAddr: fmt.Sprintf("127.0.0.%d:71", g.pick(2))}}
@@ -276,7 +278,7 @@ func TestCommandEncodingRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	if want := int(TypeFenceFloor) - 1; len(seen) != want { // all but Batch
+	if want := int(TypeSetLevel) - 1; len(seen) != want { // all but Batch
 		t.Fatalf("generator covered %d command types, want %d", len(seen), want)
 	}
 	if _, err := Decode([]byte{99, 1}); err == nil || !strings.Contains(err.Error(), "unknown command type") {

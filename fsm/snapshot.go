@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 
 	"github.com/hashicorp/raft"
@@ -20,9 +21,14 @@ import (
 // SHA-256 of everything before it. Equal states give equal bytes. Version 2
 // counts its settings; version 1, which held the first settingsV1 of them
 // uncounted, is still read (the later settings take their defaults).
+// Version 3 (cluster level 1) adds the active cluster level after the
+// settings; a state at level 0 is written as version 2, byte for byte as
+// builds before the level wrote it, so they can read it.
 const (
 	snapshotMagic   = "HOLDFAST-SNAP"
-	snapshotVersion = 2
+	snapshotVersion = 3
+	// snapshotVersionLevel0 is the format of a state at level 0.
+	snapshotVersionLevel0 = 2
 )
 
 // ErrSnapshot is wrapped by every error restoring a snapshot.
@@ -34,6 +40,7 @@ type view struct {
 	clock    int64
 	fencing  uint64
 	settings Settings
+	level    uint32
 	leases   []*lease
 	queues   []*queue
 	clients  []*client
@@ -49,6 +56,7 @@ func (f *FSM) capture() *view {
 		clock:    s.clock,
 		fencing:  s.fencing,
 		settings: s.settings,
+		level:    s.level,
 		leases:   make([]*lease, 0, len(s.leases)),
 		queues:   make([]*queue, 0, len(s.queues)),
 		clients:  make([]*client, 0, len(s.clients)),
@@ -82,10 +90,17 @@ func (v *view) writeTo(w io.Writer) error {
 		return err
 	}
 	e.Fixed([]byte(snapshotMagic))
-	e.Uvarint(snapshotVersion)
+	if v.level == 0 {
+		e.Uvarint(snapshotVersionLevel0)
+	} else {
+		e.Uvarint(snapshotVersion)
+	}
 	e.Varint(v.clock)
 	e.Uvarint(v.fencing)
 	v.settings.encode(e)
+	if v.level > 0 {
+		e.Uvarint(uint64(v.level))
+	}
 
 	e.Uvarint(uint64(len(v.leases)))
 	for _, l := range v.leases {
@@ -202,7 +217,7 @@ func (q *queue) decode(d *wire.Decoder) {
 
 // snapshotSink takes a snapshot's parts in order as they are decoded.
 type snapshotSink interface {
-	header(clock int64, fencing uint64, settings Settings)
+	header(clock int64, fencing uint64, settings Settings, level uint32)
 	lease(*lease)
 	queue(*queue)
 	client(*client)
@@ -221,7 +236,7 @@ func decodeSnapshot(b []byte, sink snapshotSink) error {
 	}
 	d := wire.NewDecoder(body[len(snapshotMagic):])
 	version := d.Uvarint()
-	if version != 1 && version != snapshotVersion {
+	if version < 1 || version > snapshotVersion {
 		return fmt.Errorf("%w: unknown format version %d", ErrSnapshot, version)
 	}
 	clock := d.Varint()
@@ -232,7 +247,13 @@ func decodeSnapshot(b []byte, sink snapshotSink) error {
 	}
 	var settings Settings
 	settings.decode(d, n)
-	sink.header(clock, fencing, settings)
+	var level uint64
+	if version >= 3 {
+		if level = d.Uvarint(); level == 0 || level > math.MaxUint32 {
+			return fmt.Errorf("%w: level %d in a version 3 snapshot", ErrSnapshot, level)
+		}
+	}
+	sink.header(clock, fencing, settings, uint32(level))
 	for n := d.Len(); n > 0 && d.Err() == nil; n-- {
 		l := &lease{}
 		l.decode(d)
@@ -265,8 +286,8 @@ func decodeSnapshot(b []byte, sink snapshotSink) error {
 // restoreSink fills a state from a snapshot.
 type restoreSink struct{ s *state }
 
-func (r restoreSink) header(clock int64, fencing uint64, settings Settings) {
-	r.s.clock, r.s.fencing, r.s.settings = clock, fencing, settings
+func (r restoreSink) header(clock int64, fencing uint64, settings Settings, level uint32) {
+	r.s.clock, r.s.fencing, r.s.settings, r.s.level = clock, fencing, settings, level
 }
 func (r restoreSink) lease(l *lease)   { r.s.leases[l.id] = l }
 func (r restoreSink) queue(q *queue)   { r.s.queues[q.id] = q }
@@ -292,8 +313,8 @@ type summarySink struct {
 	st  state // the settings, for the job counts
 }
 
-func (m *summarySink) header(clock int64, fencing uint64, settings Settings) {
-	m.sum.ClockUnixMs, m.sum.FencingCounter, m.st.settings = clock, fencing, settings
+func (m *summarySink) header(clock int64, fencing uint64, settings Settings, level uint32) {
+	m.sum.ClockUnixMs, m.sum.FencingCounter, m.st.settings, m.sum.Level = clock, fencing, settings, level
 }
 func (m *summarySink) lease(l *lease) { m.sum.countLease(l, m.sum.ClockUnixMs) }
 func (m *summarySink) queue(q *queue) { m.sum.countQueue(&m.st, q, m.sum.ClockUnixMs) }
@@ -383,6 +404,8 @@ type SnapshotSummary struct {
 	ClockUnixMs int64 `json:"clock_unix_ms"`
 	// FencingCounter is the last fencing token issued.
 	FencingCounter uint64 `json:"fencing_counter"`
+	// Level is the cluster level active in the state.
+	Level uint32 `json:"level"`
 	// Nodes counts the node directory's entries.
 	Nodes int `json:"nodes"`
 	Stats
@@ -413,7 +436,7 @@ func SnapshotFencing(prefix []byte) (uint64, error) {
 		return 0, fmt.Errorf("%w: missing header", ErrSnapshot)
 	}
 	d := wire.NewDecoder(prefix[len(snapshotMagic):])
-	if v := d.Uvarint(); v != 1 && v != snapshotVersion {
+	if v := d.Uvarint(); v < 1 || v > snapshotVersion {
 		return 0, fmt.Errorf("%w: unknown format version %d", ErrSnapshot, v)
 	}
 	d.Varint()

@@ -80,6 +80,7 @@ type state struct {
 	clock    int64
 	fencing  uint64
 	settings Settings
+	level    uint32 // the active cluster level
 	leases   map[secret.Hash]*lease
 	queues   map[secret.ID]*queue
 	clients  map[secret.Hash]*client

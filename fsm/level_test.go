@@ -1,0 +1,65 @@
+package fsm
+
+import (
+	"bytes"
+	"testing"
+)
+
+// TestLevelInSnapshots: a state at level 0 is written in snapshot format 2,
+// exactly as builds before the level wrote it; once the level rises the
+// snapshot is format 3 and brings the level back; SetLevel never lowers it.
+func TestLevelInSnapshots(t *testing.T) {
+	f := seedFSM()
+	v2 := f.SnapshotBytes()
+	if got := v2[len(snapshotMagic)]; got != snapshotVersionLevel0 {
+		t.Fatalf("a level 0 state is written in format %d, want %d", got, snapshotVersionLevel0)
+	}
+	for _, c := range []struct {
+		set, want uint32
+		raised    bool
+	}{{1, 1, true}, {0, 1, false}, {1, 1, false}} {
+		r := f.ApplyCommand(&SetLevel{Now: t0 + 100, Level: c.set}).(*LevelResult)
+		if r.Level != c.want || r.Raised != c.raised || f.Level() != c.want {
+			t.Fatalf("set %d: %+v, level %d; want %d raised %v", c.set, *r, f.Level(), c.want, c.raised)
+		}
+	}
+	v3 := f.SnapshotBytes()
+	if got := v3[len(snapshotMagic)]; got != snapshotVersion {
+		t.Fatalf("a level 1 state is written in format %d, want %d", got, snapshotVersion)
+	}
+	g := New()
+	if err := g.Restore(&nopCloser{Reader: bytes.NewReader(v3)}); err != nil {
+		t.Fatalf("restore a format 3 snapshot: %v", err)
+	}
+	if g.Level() != 1 || !bytes.Equal(g.SnapshotBytes(), v3) {
+		t.Fatalf("restored level %d; the snapshot does not round-trip", g.Level())
+	}
+	sum, err := InspectSnapshot(v3)
+	if err != nil || sum.Level != 1 {
+		t.Fatalf("inspect: %+v %v", sum, err)
+	}
+	if fencing, err := SnapshotFencing(v3[:SnapshotPrefixLen]); err != nil || fencing != g.FencingCounter() {
+		t.Fatalf("fencing from a format 3 prefix: %d %v", fencing, err)
+	}
+}
+
+// TestRequiredLevel lists the level each command's entry needs.
+func TestRequiredLevel(t *testing.T) {
+	for _, c := range sampleCommands() {
+		if l := RequiredLevel(c); l != 0 {
+			t.Errorf("%T needs level %d, want 0 (a format of the builds before levels)", c, l)
+		}
+	}
+	for c, want := range map[Command]uint32{
+		&FenceFloor{Floor: 5}:                            1,
+		&SetLevel{Level: 1}:                              1,
+		&SetLevel{Level: 2}:                              2,
+		&Batch{Commands: []Command{&Sweep{}}}:            0,
+		&Batch{Commands: []Command{&FenceFloor{}}}:       1,
+		&Batch{Commands: []Command{&SetLevel{Level: 3}}}: 3,
+	} {
+		if l := RequiredLevel(c); l != want {
+			t.Errorf("%T needs level %d, want %d", c, l, want)
+		}
+	}
+}
