@@ -241,6 +241,11 @@ func (n *Node) restore(b *Backup) error {
 	if err := floor.Valid(); err != nil {
 		return fmt.Errorf("%w: %w", ErrRestoreRefused, err)
 	}
+	// The new cluster is this node alone: its leader raises the level to
+	// this build's at once, and the floor's entry needs it.
+	if err := n.awaitLevel(ctx, fsm.RequiredLevel(floor)); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
 	if _, err := n.Propose(ctx, floor); err != nil {
 		return fmt.Errorf("restore: raise the fencing counter above every token issued after the backup: %w", err)
 	}

@@ -130,12 +130,14 @@ func (n *Node) clockLoop() {
 			n.TransferLeadership(ctx)
 			cancel()
 		}
+		n.tendLevel()
 	}
 }
 
 // sampleClocks records a clock sample from every voter it can reach —
 // through the directory, or the --join addresses while the directory is
-// not yet known — and returns the voters' ids.
+// not yet known — and what every member it reaches reports of its build;
+// it returns the voters' ids.
 func (n *Node) sampleClocks() []string {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
@@ -144,11 +146,10 @@ func (n *Node) sampleClocks() []string {
 	var members []string
 	targets := map[string]bool{}
 	for _, s := range f.Configuration().Servers {
-		if s.Suffrage != raft.Voter {
-			continue
-		}
 		id := string(s.ID)
-		members = append(members, id)
+		if s.Suffrage == raft.Voter {
+			members = append(members, id)
+		}
 		if id == n.cfg.NodeID {
 			continue
 		}
@@ -165,7 +166,12 @@ func (n *Node) sampleClocks() []string {
 		st, err := n.PeerStatus(ctx, addr)
 		t1 := n.cfg.Now()
 		cancel()
-		if err != nil || st.ClockUnixMs == 0 || st.NodeID == n.cfg.NodeID || t1.Sub(t0) > maxSampleRTT {
+		if err != nil || st.NodeID == n.cfg.NodeID {
+			continue
+		}
+		// Builds before the cluster level report none: level 0.
+		n.levels.report(st.NodeID, st.Level, st.BuildVersion, time.Now())
+		if st.ClockUnixMs == 0 || t1.Sub(t0) > maxSampleRTT {
 			continue
 		}
 		mid := t0.Add(t1.Sub(t0) / 2)

@@ -65,6 +65,13 @@ type Config struct {
 	// raftlog.DefaultSegmentSize, 16 MiB). Tests of a full disk make it
 	// small, so a few hundred entries need a new segment.
 	LogSegmentSize int64
+	// LevelSettle is how long the Raft configuration must stand unchanged
+	// before the leader raises the cluster level (default 10 s): a member
+	// rejoining after a wipe is briefly out of the configuration, and must
+	// still count.
+	LevelSettle time.Duration
+	// BuildVersion names this node's build in its status.
+	BuildVersion string
 	// MaxAppendEntries bounds how many entries are written and sent together
 	// (default 256); together with batching it is the group commit.
 	MaxAppendEntries int
@@ -109,6 +116,7 @@ func (c *Config) setDefaults() {
 		{&c.SweepInterval, time.Second},
 		{&c.ProposeTimeout, 10 * time.Second},
 		{&c.MaxClockSkew, time.Second},
+		{&c.LevelSettle, 10 * time.Second},
 	}
 	for _, x := range durations {
 		if *x.v <= 0 {

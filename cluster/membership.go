@@ -120,6 +120,11 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 	}) {
 		return fmt.Errorf("%w: %s", ErrUnknownMember, req.NodeID)
 	}
+	if !req.UpdateOnly {
+		if err := n.joinerCanFollow(ctx, req); err != nil {
+			return err
+		}
+	}
 	member := false
 	for _, s := range cf.Configuration().Servers {
 		sameID := string(s.ID) == req.NodeID
@@ -415,6 +420,11 @@ type Member struct {
 	HTTPAddr string `json:"http_addr"`
 	RaftAddr string `json:"raft_addr"`
 	Voter    bool   `json:"voter"`
+	// Level and BuildVersion are what the member last reported of its
+	// build (0 and "" for a build before the cluster level, or one not
+	// heard from).
+	Level        uint32 `json:"level"`
+	BuildVersion string `json:"build_version"`
 }
 
 // Status describes this node and the cluster as it sees it.
@@ -447,6 +457,11 @@ type Status struct {
 	Nodes     []Member `json:"nodes"`
 	// Storage is this node's ability to write its files.
 	Storage StorageStatus `json:"storage"`
+	// Level is the highest cluster level this node's build speaks, and
+	// BuildVersion the build; ActiveLevel is the cluster's, as applied here.
+	Level        uint32 `json:"level"`
+	BuildVersion string `json:"build_version"`
+	ActiveLevel  uint32 `json:"active_level"`
 }
 
 // Status reports this node's view of the cluster. Members come from the Raft
@@ -468,11 +483,20 @@ func (n *Node) Status() Status {
 		RaftAddr:       n.RaftAddr(),
 		Nodes:          []Member{},
 		Storage:        n.storage.status(),
+		Level:          fsm.BuildLevel,
+		BuildVersion:   n.cfg.BuildVersion,
+		ActiveLevel:    n.fsm.Level(),
 	}
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			info, _ := n.fsm.Node(string(s.ID))
-			st.Nodes = append(st.Nodes, Member{ID: string(s.ID), HTTPAddr: info.HTTPAddr, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter})
+			m := Member{ID: string(s.ID), HTTPAddr: info.HTTPAddr, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter}
+			if m.ID == n.cfg.NodeID {
+				m.Level, m.BuildVersion = fsm.BuildLevel, n.cfg.BuildVersion
+			} else if r, ok := n.levels.of(m.ID); ok {
+				m.Level, m.BuildVersion = r.level, r.version
+			}
+			st.Nodes = append(st.Nodes, m)
 			st.Member = st.Member || string(s.ID) == n.cfg.NodeID
 		}
 	}

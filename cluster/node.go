@@ -44,6 +44,7 @@ type Node struct {
 	lead     leadership
 	clock    clockGuard
 	counters counters
+	levels   levels
 }
 
 // Open starts a node: it opens (or creates) the stores under DataDir,
@@ -77,6 +78,12 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
 	n.snaps = &watchedSnapshots{SnapshotStore: snaps, health: n.storage}
+	recorded, err := checkLevelRecord(n.store)
+	if err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	n.levels.recorded = recorded
 	if err := n.checkSnapshots(snaps, n.logs); err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("%w; to bring this node back, empty its data directory and start it again with --join <a member's HTTP address> under the same --node-id (the README's \"Storage faults\")", err)

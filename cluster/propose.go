@@ -52,6 +52,10 @@ func (n *Node) ProposeAll(ctx context.Context, cmds ...fsm.Command) ([]interface
 		n.counters.proposal("not_leader")
 		return nil, ErrClockSkew
 	}
+	if err := n.checkLevel(cmds); err != nil {
+		n.counters.proposal("not_leader")
+		return nil, err
+	}
 	if plantedEarlyAck {
 		rs := make([]interface{}, len(cmds))
 		for i, c := range cmds {

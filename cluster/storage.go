@@ -139,12 +139,7 @@ func newStorageHealth(dataDir string, log hclog.Logger, now func() time.Time) *s
 // raftlog.ErrPoisoned is fatal.
 func (h *storageHealth) report(kind string, err error) {
 	if errors.Is(err, raftlog.ErrPoisoned) {
-		h.fatalOnce.Do(func() {
-			h.fatalErr = fmt.Errorf("the %s in %s can no longer be trusted: %w", kind, h.dataDir, err)
-			h.log.Error("storage failed in a way that cannot be retried: this node stops; check the disk, then restart it (the log is read back from disk at start)",
-				"data_dir", h.dataDir, "kind", kind, "error", err)
-			close(h.fatal)
-		})
+		h.halt(fmt.Errorf("the %s in %s can no longer be trusted: %w", kind, h.dataDir, err))
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -165,6 +160,17 @@ func (h *storageHealth) report(kind string, err error) {
 	_, logFails := h.faults[StorageLog]
 	_, stableFails := h.faults[StorageStable]
 	h.blocked.Store(logFails || stableFails)
+}
+
+// halt stops the node for good: Fatal is closed with err. The storage
+// failures that cannot be retried use it, and so does a node that finds its
+// cluster at a level above its build's.
+func (h *storageHealth) halt(err error) {
+	h.fatalOnce.Do(func() {
+		h.fatalErr = err
+		h.log.Error("this node stops: it cannot go on safely; see the error, then restart it (its log is read back from disk at start)", "error", err)
+		close(h.fatal)
+	})
 }
 
 // outcome reports the outcome of a write of kind, which is cheap for a

@@ -48,6 +48,8 @@ func clusterReply(err error) reply {
 		return retryLater("this node's clock is too far from the cluster's to lead; nothing was changed, retry shortly", "not_applied")
 	case errors.Is(err, cluster.ErrBusy):
 		return retryLater("the leader is overloaded; nothing was changed, retry shortly", "not_applied")
+	case errors.Is(err, cluster.ErrLevel):
+		return retryLater(err.Error(), "not_applied")
 	}
 	return retryLater("outcome unknown: the cluster could not confirm the request; it may or may not have taken effect", "unknown")
 }

@@ -239,6 +239,7 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		restore = b
 	}
 	node, err := cluster.Open(cluster.Config{
+		BuildVersion:      versionInfo(),
 		NodeID:            id,
 		DataDir:           c.dataDir,
 		RaftBind:          c.raftAddr,

@@ -1,0 +1,223 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// keyClusterLevel is where raft.db records the highest active cluster
+// level this node has applied, so that a build below it refuses to start
+// on the data directory instead of meeting entries it cannot read.
+var keyClusterLevel = []byte("holdfast.cluster.level")
+
+// reportFresh is how recent a member's report of its level must be for
+// the leader to count it.
+const reportFresh = 5 * time.Second
+
+// ErrLevel is wrapped by a LevelError.
+var ErrLevel = errors.New("the cluster level is too low")
+
+// LevelError refuses a request that needs a format of a cluster level the
+// cluster has not reached: some member still runs a build that cannot
+// read it. Nothing was written.
+type LevelError struct {
+	// Need is the level the request's entry needs; Active the cluster's.
+	Need, Active uint32
+}
+
+func (e *LevelError) Error() string {
+	return fmt.Sprintf("this request needs cluster level %d; the cluster is at level %d until every member runs a build that speaks level %d; nothing was changed",
+		e.Need, e.Active, e.Need)
+}
+
+// Is makes errors.Is(err, ErrLevel) hold.
+func (e *LevelError) Is(target error) bool { return target == ErrLevel }
+
+// memberReport is what a member last said of its build in its status.
+type memberReport struct {
+	level   uint32
+	version string
+	at      time.Time
+}
+
+// levels tracks what the members report of their builds and what this node
+// has done about the active level.
+type levels struct {
+	mu          sync.Mutex
+	reports     map[string]memberReport
+	config      string    // the configuration the settling time counts from
+	configSince time.Time // when config was first seen
+	recorded    uint32    // the level last recorded in raft.db
+}
+
+// report records a member's status answer.
+func (l *levels) report(id string, level uint32, version string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reports == nil {
+		l.reports = map[string]memberReport{}
+	}
+	l.reports[id] = memberReport{level: level, version: version, at: at}
+}
+
+// of returns what member id last reported.
+func (l *levels) of(id string) (memberReport, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.reports[id]
+	return r, ok
+}
+
+// settled reports whether the configuration servers has stood unchanged
+// for at least d.
+func (l *levels) settled(servers []raft.Server, now time.Time, d time.Duration) bool {
+	key := fmt.Sprint(servers)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if key != l.config || l.configSince.IsZero() {
+		l.config, l.configSince = key, now
+	}
+	return now.Sub(l.configSince) >= d
+}
+
+// checkLevelRecord refuses a data directory whose recorded active level is
+// above what this build speaks. Called before Raft starts.
+func checkLevelRecord(stable raft.StableStore) (uint32, error) {
+	v, err := stable.GetUint64(keyClusterLevel)
+	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return 0, fmt.Errorf("read the recorded cluster level: %w", err)
+	}
+	if v > uint64(fsm.BuildLevel) {
+		return 0, fmt.Errorf("this build speaks cluster level %d, but the cluster this data directory belongs to is at level %d: it cannot read what the cluster writes; start a build of level %d or later (the README's \"Upgrading\")",
+			fsm.BuildLevel, v, v)
+	}
+	return uint32(v), nil
+}
+
+// tendLevel runs once a second: it records a risen level in raft.db and
+// takes a snapshot (in the new level's format, which builds below it
+// cannot read), stops the node if the cluster went past this build, and,
+// on a ready leader, raises the level once every member speaks the next.
+func (n *Node) tendLevel() {
+	active := n.fsm.Level()
+	if active > fsm.BuildLevel {
+		n.storage.halt(fmt.Errorf("the cluster is at level %d, above the level %d this build speaks", active, fsm.BuildLevel))
+		return
+	}
+	n.levels.mu.Lock()
+	rose := active > n.levels.recorded
+	n.levels.mu.Unlock()
+	if rose {
+		if err := n.store.SetUint64(keyClusterLevel, uint64(active)); err != nil {
+			n.log.Warn("could not record the cluster level", "level", active, "error", err)
+		} else {
+			n.levels.mu.Lock()
+			n.levels.recorded = active
+			n.levels.mu.Unlock()
+			n.log.Info("the cluster level rose; taking a snapshot in its format", "level", active)
+			if err := n.raft.Snapshot().Error(); err != nil {
+				n.log.Warn("snapshot after the cluster level rose", "error", err)
+			}
+		}
+	}
+	if n.IsLeader() && n.lead.isReady() && active < fsm.BuildLevel {
+		n.raiseLevel(active)
+	}
+}
+
+// raiseLevel commits the highest level every member of the configuration
+// speaks, once the configuration has settled and every member has reported
+// recently. Members that report no level (builds before levels) count as
+// level 0.
+func (n *Node) raiseLevel(active uint32) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	now := time.Now()
+	target := fsm.BuildLevel
+	if !plantedLevelGate {
+		if !n.levels.settled(f.Configuration().Servers, now, n.cfg.LevelSettle) {
+			return
+		}
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == n.cfg.NodeID {
+				continue
+			}
+			r, ok := n.levels.of(string(s.ID))
+			if !ok || now.Sub(r.at) > reportFresh {
+				return
+			}
+			target = min(target, r.level)
+		}
+	}
+	if target <= active {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := n.Propose(ctx, &fsm.SetLevel{Now: n.Now(), Level: target}); err != nil {
+		n.log.Warn("could not raise the cluster level", "level", target, "error", err)
+		return
+	}
+	n.log.Info("raised the cluster level: every member speaks it", "from", active, "to", target)
+}
+
+// checkLevel refuses commands whose entries need a higher level than the
+// cluster's. A SetLevel is checked by raiseLevel against the members.
+func (n *Node) checkLevel(cmds []fsm.Command) error {
+	if plantedLevelGate {
+		return nil
+	}
+	active := n.fsm.Level()
+	for _, c := range cmds {
+		if _, ok := c.(*fsm.SetLevel); ok {
+			continue
+		}
+		if need := fsm.RequiredLevel(c); need > active {
+			return &LevelError{Need: need, Active: active}
+		}
+	}
+	return nil
+}
+
+// awaitLevel waits, bounded by ctx, until the cluster's level is at least
+// level.
+func (n *Node) awaitLevel(ctx context.Context, level uint32) error {
+	for n.fsm.Level() < level {
+		if !n.sleepCtx(ctx, 50*time.Millisecond) {
+			return fmt.Errorf("the cluster level is still %d, %d is needed: %w", n.fsm.Level(), level, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// joinerCanFollow refuses to add a node whose build is below the cluster's
+// active level: it could not read the entries and snapshots it would be
+// sent. The joiner's level is asked of the joiner itself (a build before
+// the level reports none: level 0), so the join request stays as older
+// builds send it.
+func (n *Node) joinerCanFollow(ctx context.Context, req JoinRequest) error {
+	active := n.fsm.Level()
+	if active == 0 || plantedLevelGate {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := n.PeerStatus(sctx, n.httpDialAddr(req.NodeID, req.HTTPAddr))
+	if err != nil {
+		return &MemberError{"http_addr", fmt.Sprintf("must answer the leader's status request so it can learn the joining build's cluster level (the cluster is at level %d): %v", active, err)}
+	}
+	if st.Level < active {
+		return &MemberError{"node_id", fmt.Sprintf("runs a build that speaks cluster level %d, but the cluster is at level %d: it could not read what the cluster writes; upgrade it first (the README's \"Upgrading\")", st.Level, active)}
+	}
+	return nil
+}

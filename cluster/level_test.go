@@ -1,0 +1,87 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/holdfast/holdfast/fsm"
+)
+
+// TestLevelGateHoldsNewFormats: until the cluster's level includes a
+// format, a proposal that needs it is refused (nothing written); the level
+// of a cluster of one rises once its configuration has settled.
+func TestLevelGateHoldsNewFormats(t *testing.T) {
+	cfg := testConfig(t, "solo", t.TempDir(), true)
+	cfg.LevelSettle = time.Hour
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	_, err := n.Propose(context.Background(), &fsm.FenceFloor{Now: n.Now(), Floor: 100})
+	var le *LevelError
+	if !errors.As(err, &le) || le.Need != 1 || le.Active != 0 || !strings.Contains(err.Error(), "cluster level 1") {
+		t.Fatalf("a level 1 entry at level 0: %v", err)
+	}
+	if n.fsm.FencingCounter() != 0 || n.fsm.Level() != 0 {
+		t.Fatalf("the refused entry changed the state: counter %d, level %d", n.fsm.FencingCounter(), n.fsm.Level())
+	}
+	if _, err := acquire(context.Background(), n, "k", "A"); err != nil {
+		t.Fatalf("a level 0 write at level 0: %v", err)
+	}
+}
+
+// TestLevelRisesAndIsRecorded: a cluster of one raises its level to the
+// build's, records it in raft.db and serves level 1 entries; a build that
+// finds its data directory's cluster above its own level refuses to start,
+// naming both.
+func TestLevelRisesAndIsRecorded(t *testing.T) {
+	cfg := testConfig(t, "solo", t.TempDir(), true)
+	cfg.LevelSettle = 100 * time.Millisecond
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	waitFor(t, "the level to rise", 10*time.Second, func() bool { return n.fsm.Level() == fsm.BuildLevel })
+	if st := n.Status(); st.ActiveLevel != fsm.BuildLevel || st.Level != fsm.BuildLevel || st.Nodes[0].Level != fsm.BuildLevel {
+		t.Fatalf("status %+v", st)
+	}
+	if _, err := n.Propose(context.Background(), &fsm.FenceFloor{Now: n.Now(), Floor: 100}); err != nil {
+		t.Fatalf("a level 1 entry at level 1: %v", err)
+	}
+	waitFor(t, "the level to be recorded", 10*time.Second, func() bool {
+		v, err := n.store.GetUint64(keyClusterLevel)
+		return err == nil && v == uint64(fsm.BuildLevel)
+	})
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The node comes back at its level.
+	n2 := open(t, cfg)
+	waitReadyLeader(t, n2)
+	if n2.fsm.Level() != fsm.BuildLevel || n2.fsm.FencingCounter() != 100 {
+		t.Fatalf("after a restart: level %d, counter %d", n2.fsm.Level(), n2.fsm.FencingCounter())
+	}
+	if err := n2.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// As if the cluster had risen past this build.
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: cfg.boltPath(), MsgpackUseNewTimeFormat: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bolt.SetUint64(keyClusterLevel, uint64(fsm.BuildLevel)+1); err != nil {
+		t.Fatal(err)
+	}
+	_ = bolt.Close()
+	n3, err := Open(cfg)
+	if err == nil {
+		_ = n3.Kill()
+		t.Fatal("a build below its cluster's level started")
+	}
+	if want := []string{"speaks cluster level 1", "at level 2"}; !strings.Contains(err.Error(), want[0]) || !strings.Contains(err.Error(), want[1]) {
+		t.Fatalf("start: %v, want both levels named", err)
+	}
+}
