@@ -53,24 +53,50 @@ func (s *state) applySetLevel(c *SetLevel) LevelResult {
 	return LevelResult{Level: s.level, Raised: true}
 }
 
+// entryLevel is the level that introduced an entry format: a command type
+// with the body version it writes. Every type and body version must be
+// listed (a test checks it), so a new one cannot be written before every
+// member can read it.
+func entryLevel(f entryFormat) (uint32, bool) {
+	switch f {
+	case entryFormat{TypeLeaseAcquire, 1}, entryFormat{TypeLeaseRenew, 1}, entryFormat{TypeLeaseRelease, 1},
+		entryFormat{TypeLeaseComplete, 1}, entryFormat{TypeQueueCreate, 1}, entryFormat{TypeJobEnqueue, 1},
+		entryFormat{TypeJobClaim, 2}, entryFormat{TypeJobAck, 1}, entryFormat{TypeJobRelease, 2},
+		entryFormat{TypeJobRenew, 1}, entryFormat{TypeSweep, 1}, entryFormat{TypeSetSettings, 1},
+		entryFormat{TypeSetNode, 1}, entryFormat{TypeRemoveNode, 1}, entryFormat{TypeBatch, 1},
+		entryFormat{TypeJobRetry, 1}:
+		return 0, true
+	case entryFormat{TypeFenceFloor, 1}, entryFormat{TypeSetLevel, 1}:
+		return 1, true
+	}
+	return 0, false
+}
+
+// entryFormat is a command type and a body version.
+type entryFormat struct {
+	t       CommandType
+	version byte
+}
+
 // RequiredLevel is the cluster level a command's entry needs before it may
-// be written: every member must be able to decode it. A SetLevel needs
-// the level it raises to, which its proposer checks against the members
-// themselves.
+// be written: every member must be able to decode it. A batch needs the
+// highest level of its commands; a SetLevel needs the level it raises to,
+// which its proposer checks against the members themselves. A format not
+// in the table needs a level above this build's, so it is never written.
 func RequiredLevel(c Command) uint32 {
+	l, ok := entryLevel(entryFormat{c.Type(), versionOf(c)})
+	if !ok {
+		return BuildLevel + 1
+	}
 	switch c := c.(type) {
-	case *FenceFloor:
-		return 1
 	case *SetLevel:
-		return max(c.Level, 1)
+		l = max(l, c.Level)
 	case *Batch:
-		var l uint32
 		for _, sub := range c.Commands {
 			l = max(l, RequiredLevel(sub))
 		}
-		return l
 	}
-	return 0
+	return l
 }
 
 // Level returns the cluster's active level as applied on this node.

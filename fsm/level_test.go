@@ -63,3 +63,23 @@ func TestRequiredLevel(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryEntryFormatHasALevel: every command type this build decodes,
+// with the body version it writes, is in the level table, at or below the
+// build's level: a new type or body version must be given the level that
+// introduces it.
+func TestEveryEntryFormatHasALevel(t *testing.T) {
+	for ty := range 256 {
+		c := newCommand(CommandType(ty))
+		if c == nil {
+			continue
+		}
+		l, ok := entryLevel(entryFormat{c.Type(), versionOf(c)})
+		if !ok || l > BuildLevel {
+			t.Errorf("command type %d body version %d: level %d (listed %v); give it the level that introduces it", ty, versionOf(c), l, ok)
+		}
+	}
+	if l := RequiredLevel(&JobClaim{}); l != 0 {
+		t.Errorf("claim at level %d", l)
+	}
+}
