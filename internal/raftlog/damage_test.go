@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -310,8 +311,13 @@ func TestLostSegmentsAreRefused(t *testing.T) {
 		return dir, m, paths
 	}
 	for name, damage := range map[string]func(t *testing.T, dir string, segs []string){
-		"newest segment deleted": func(t *testing.T, _ string, segs []string) { must(t, os.Remove(segs[len(segs)-1])) },
-		"oldest segment deleted": func(t *testing.T, _ string, segs []string) { must(t, os.Remove(segs[0])) },
+		"newest segment deleted":   func(t *testing.T, _ string, segs []string) { must(t, os.Remove(segs[len(segs)-1])) },
+		"a middle segment deleted": func(t *testing.T, _ string, segs []string) { must(t, os.Remove(segs[1])) },
+		"every segment deleted": func(t *testing.T, _ string, segs []string) {
+			for _, p := range segs {
+				must(t, os.Remove(p))
+			}
+		},
 		"newest segment truncated": func(t *testing.T, _ string, segs []string) {
 			must(t, os.Truncate(segs[len(segs)-1], 100))
 		},
@@ -330,6 +336,37 @@ func TestLostSegmentsAreRefused(t *testing.T) {
 			}
 		})
 	}
+	// A build that keeps no segment list (one an upgrade was rolled back
+	// to) compacts the log's front away: the log starts later and ends
+	// where it did; the node's start-up checks that a snapshot covers what
+	// is gone.
+	t.Run("oldest segments gone", func(t *testing.T) {
+		dir, m, segs := build(t)
+		second := openBase(t, segs[1])
+		must(t, os.Remove(segs[0]))
+		var warned []string
+		s, err := Open(dir, Options{SegmentSize: 512, Manifest: m, Warn: func(msg string, _ ...any) { warned = append(warned, msg) }})
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		first, _ := s.FirstIndex()
+		last, _ := s.LastIndex()
+		_ = s.Close()
+		if first != second || last != 60 {
+			t.Fatalf("range %d-%d, want %d-60", first, last, second)
+		}
+		if len(warned) != 1 || !strings.Contains(warned[0], "front of the log are gone") {
+			t.Fatalf("warnings %q, want one about the log's front", warned)
+		}
+		// The list now matches the disk: losing the newest segment is still refused.
+		must(t, os.Remove(segs[len(segs)-1]))
+		if s, err := Open(dir, Options{SegmentSize: 512, Manifest: m}); !errors.Is(err, ErrCorrupt) {
+			if s != nil {
+				_ = s.Close()
+			}
+			t.Fatalf("open without the newest segment: %v, want corruption", err)
+		}
+	})
 	t.Run("intact log reopens and compacts", func(t *testing.T) {
 		dir, m, _ := build(t)
 		s, err := Open(dir, Options{SegmentSize: 512, Manifest: m})
@@ -356,6 +393,22 @@ func TestLostSegmentsAreRefused(t *testing.T) {
 			t.Fatalf("range %d-%d after compaction, want ..31-49", first, last)
 		}
 	})
+}
+
+// openBase returns the first index a segment file's name gives.
+func openBase(t *testing.T, path string) uint64 {
+	t.Helper()
+	bases, err := listSegments(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bases {
+		if segmentPath(filepath.Dir(path), b) == path {
+			return b
+		}
+	}
+	t.Fatalf("%s is not a segment", path)
+	return 0
 }
 
 func must(t *testing.T, err error) {

@@ -78,36 +78,50 @@ func decodeManifest(b []byte) ([]segRecord, error) {
 // hold at least one entry unless it is the newest (its first append may
 // have been torn). Segments that are not recorded may only be older than
 // every recorded one (a compaction that stopped part way) or newer (the
-// newest, made just before a crash, or what a truncation of the log's end
-// had not yet removed).
-func checkManifest(dir string, recs []segRecord, segs []*segment) error {
+// newest, made just before a crash, what a truncation of the log's end
+// had not yet removed, or what a build that keeps no list appended).
+//
+// The one loss it lets through is of the log's front: recorded segments
+// missing before the oldest segment found, as long as a segment past them
+// is there. A build that keeps no list (one an upgrade was rolled back to)
+// compacts them away after its snapshots; whoever removed them, the log
+// still ends where it did, and the node's start-up refuses unless a
+// snapshot covers what is gone. It returns the bases of those segments.
+func checkManifest(dir string, recs []segRecord, segs []*segment) ([]uint64, error) {
 	byBase := make(map[uint64]*segment, len(segs))
 	for _, g := range segs {
 		byBase[g.base] = g
 	}
-	for i, r := range recs {
+	var gone []uint64
+	for len(gone) < len(recs) && byBase[recs[len(gone)].base] == nil {
+		gone = append(gone, recs[len(gone)].base)
+	}
+	if len(gone) > 0 && (len(segs) == 0 || segs[0].base < gone[len(gone)-1]) {
+		gone = nil // nothing past them (the log's end is missing), or a gap in the middle
+	}
+	for i, r := range recs[len(gone):] {
 		g, ok := byBase[r.base]
 		if !ok {
-			return fmt.Errorf("%w: segment %s (entries from %d) is recorded in the manifest but missing; the log would end before what this node acknowledged",
+			return nil, fmt.Errorf("%w: segment %s (entries from %d) is recorded in the manifest but missing; the log would end before what this node acknowledged",
 				ErrCorrupt, segmentPath(dir, r.base), r.base)
 		}
 		if g.fileSize < r.size {
-			return fmt.Errorf("%w: segment %s is %d bytes, %d when it was recorded: it was truncated",
+			return nil, fmt.Errorf("%w: segment %s is %d bytes, %d when it was recorded: it was truncated",
 				ErrCorrupt, g.path, g.fileSize, r.size)
 		}
-		if g.count() == 0 && i < len(recs)-1 {
-			return fmt.Errorf("%w: segment %s (entries from %d) holds no entry, but later segments are recorded",
+		if g.count() == 0 && len(gone)+i < len(recs)-1 {
+			return nil, fmt.Errorf("%w: segment %s (entries from %d) holds no entry, but later segments are recorded",
 				ErrCorrupt, g.path, r.base)
 		}
 	}
-	if len(recs) == 0 {
-		return nil
+	if len(recs) == len(gone) {
+		return gone, nil
 	}
-	lo, hi := recs[0].base, recs[len(recs)-1].base
+	lo, hi := recs[len(gone)].base, recs[len(recs)-1].base
 	for _, g := range segs {
 		if g.base > lo && g.base < hi && !slices.ContainsFunc(recs, func(r segRecord) bool { return r.base == g.base }) {
-			return fmt.Errorf("%w: segment %s is not in the manifest", ErrCorrupt, g.path)
+			return nil, fmt.Errorf("%w: segment %s is not in the manifest", ErrCorrupt, g.path)
 		}
 	}
-	return nil
+	return gone, nil
 }

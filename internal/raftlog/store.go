@@ -224,13 +224,23 @@ func (s *Store) checkRecorded() error {
 	if err != nil {
 		return err
 	}
-	if err := checkManifest(s.dir, recs, s.segs); err != nil {
+	gone, err := checkManifest(s.dir, recs, s.segs)
+	if err != nil {
 		return err
 	}
 	for _, g := range s.segs {
 		g.recorded = slices.ContainsFunc(recs, func(r segRecord) bool { return r.base == g.base })
 	}
-	return nil
+	if len(gone) == 0 {
+		return nil
+	}
+	first := uint64(0)
+	if len(s.segs) > 0 {
+		first = s.segs[0].base
+	}
+	s.warn("raftlog: segments at the front of the log are gone (compacted by a build that keeps no segment list, or removed); the log now starts later and a snapshot must cover what is gone",
+		"recorded_from", gone[0], "starts_at", first)
+	return s.saveManifest(s.segs)
 }
 
 // saveManifest records the recorded segments among segs.
@@ -259,7 +269,7 @@ func listSegments(dir string) ([]uint64, error) {
 	var bases []uint64
 	for _, e := range ents {
 		name, ok := strings.CutSuffix(e.Name(), segmentSuffix)
-		if !ok || e.IsDir() {
+		if _, mark := parseLevelMark(e.Name()); !ok || mark || e.IsDir() {
 			continue
 		}
 		base, err := strconv.ParseUint(name, 10, 64)
