@@ -99,6 +99,39 @@ func RequiredLevel(c Command) uint32 {
 	return l
 }
 
+// EntryLevel is RequiredLevel for an encoded entry, read from the headers
+// of the entry and of a batch's commands without decoding their bodies (a
+// SetLevel, which names the level it raises to, is decoded). An entry in a
+// format this build does not know needs a level above BuildLevel.
+func EntryLevel(b []byte) uint32 {
+	if len(b) < 2 {
+		return BuildLevel + 1
+	}
+	t := CommandType(b[0])
+	l, ok := entryLevel(entryFormat{t, b[1]})
+	switch {
+	case !ok:
+		return BuildLevel + 1
+	case t == TypeSetLevel:
+		c, err := Decode(b)
+		if err != nil {
+			return BuildLevel + 1
+		}
+		return RequiredLevel(c)
+	case t == TypeBatch:
+		d := wire.NewDecoder(b[2:])
+		for n := d.Len(); n > 0 && d.Err() == nil; n-- {
+			if sub := d.BlobView(); d.Err() == nil {
+				l = max(l, EntryLevel(sub))
+			}
+		}
+		if d.Err() != nil {
+			return BuildLevel + 1
+		}
+	}
+	return l
+}
+
 // Level returns the cluster's active level as applied on this node.
 func (f *FSM) Level() uint32 {
 	f.mu.Lock()

@@ -61,6 +61,28 @@ func TestRequiredLevel(t *testing.T) {
 		if l := RequiredLevel(c); l != want {
 			t.Errorf("%T needs level %d, want %d", c, l, want)
 		}
+		if l := EntryLevel(Encode(c)); l != want {
+			t.Errorf("the entry of %T needs level %d by its headers, want %d", c, l, want)
+		}
+	}
+	for _, c := range sampleCommands() {
+		if l := EntryLevel(Encode(c)); l != 0 {
+			t.Errorf("the entry of %T needs level %d by its headers, want 0", c, l)
+		}
+	}
+	// What this build cannot read needs a level above it.
+	batch := Encode(&Batch{Commands: []Command{&Sweep{}}})
+	for name, b := range map[string][]byte{
+		"empty":              nil,
+		"unknown type":       {250, 1},
+		"unknown version":    {byte(TypeSweep), 9},
+		"truncated batch":    batch[:len(batch)-1],
+		"batch of a newer":   append(batch[:2:2], 1, 2, 250, 1),
+		"undecodable levels": {byte(TypeSetLevel), 1},
+	} {
+		if l := EntryLevel(b); l <= BuildLevel {
+			t.Errorf("%s: EntryLevel %d, want above %d", name, l, BuildLevel)
+		}
 	}
 }
 
