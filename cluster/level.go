@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/raftlog"
 )
 
 // keyClusterLevel is where raft.db records the highest active cluster
@@ -88,6 +90,80 @@ func (l *levels) settled(servers []raft.Server, now time.Time, d time.Duration) 
 	return now.Sub(l.configSince) >= d
 }
 
+// levelMarks keeps the log directory's level mark ahead of its entries:
+// before an entry that needs a level above the marked one is stored, the
+// mark is raised (raftlog.MarkLevel), so a build below the level finds the
+// mark, and refuses to start, before it could meet the entry.
+type levelMarks struct {
+	dir    string // the segment log's directory; "" for a log kept in bolt
+	mu     sync.Mutex
+	marked atomic.Uint32
+}
+
+// need makes sure the log is marked with at least level.
+func (m *levelMarks) need(level uint32) error {
+	if level <= m.marked.Load() || m.dir == "" {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if level <= m.marked.Load() {
+		return nil
+	}
+	if err := raftlog.MarkLevel(m.dir, level); err != nil {
+		return err
+	}
+	m.marked.Store(level)
+	return nil
+}
+
+// levelLog stores entries only after their level is marked, and refuses
+// entries this build cannot read (a leader of a newer build writing past
+// the active level): they are never stored, so never applied.
+type levelLog struct {
+	raft.LogStore
+	marks *levelMarks
+}
+
+func (l *levelLog) StoreLog(log *raft.Log) error { return l.StoreLogs([]*raft.Log{log}) }
+
+func (l *levelLog) StoreLogs(logs []*raft.Log) error {
+	var need uint32
+	for _, e := range logs {
+		if e.Type == raft.LogCommand {
+			need = max(need, fsm.EntryLevel(e.Data))
+		}
+	}
+	if need > fsm.BuildLevel {
+		return fmt.Errorf("%w: an entry from index %d needs cluster level %d, above the level %d this build speaks; it is not stored",
+			ErrLevel, logs[0].Index, need, fsm.BuildLevel)
+	}
+	if err := l.marks.need(need); err != nil {
+		return err
+	}
+	return l.LogStore.StoreLogs(logs)
+}
+
+// checkLevelMark refuses a log directory marked with a level above this
+// build's, before the log is opened.
+func checkLevelMark(dir string) (uint32, error) {
+	marked, err := raftlog.MarkedLevel(dir)
+	if err != nil {
+		return 0, err
+	}
+	if marked > fsm.BuildLevel {
+		return 0, levelTooHigh(uint64(marked))
+	}
+	return marked, nil
+}
+
+// levelTooHigh is the refusal of a data directory at a level above this
+// build's.
+func levelTooHigh(level uint64) error {
+	return fmt.Errorf("this build speaks cluster level %d, but the cluster this data directory belongs to is at level %d: it cannot read what the cluster writes; start a build of level %d or later (the README's \"Upgrading\")",
+		fsm.BuildLevel, level, level)
+}
+
 // checkLevelRecord refuses a data directory whose recorded active level is
 // above what this build speaks. Called before Raft starts.
 func checkLevelRecord(stable raft.StableStore) (uint32, error) {
@@ -96,8 +172,7 @@ func checkLevelRecord(stable raft.StableStore) (uint32, error) {
 		return 0, fmt.Errorf("read the recorded cluster level: %w", err)
 	}
 	if v > uint64(fsm.BuildLevel) {
-		return 0, fmt.Errorf("this build speaks cluster level %d, but the cluster this data directory belongs to is at level %d: it cannot read what the cluster writes; start a build of level %d or later (the README's \"Upgrading\")",
-			fsm.BuildLevel, v, v)
+		return 0, levelTooHigh(v)
 	}
 	return uint32(v), nil
 }
@@ -116,6 +191,9 @@ func (n *Node) tendLevel() {
 	rose := active > n.levels.recorded
 	n.levels.mu.Unlock()
 	if rose {
+		if err := n.marks.need(active); err != nil {
+			n.log.Warn("could not mark the log with the cluster level", "level", active, "error", err)
+		}
 		if err := n.store.SetUint64(keyClusterLevel, uint64(active)); err != nil {
 			n.log.Warn("could not record the cluster level", "level", active, "error", err)
 		} else {

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/raftlog"
 )
 
 // TestLevelGateHoldsNewFormats: until the cluster's level includes a
@@ -53,6 +55,9 @@ func TestLevelRisesAndIsRecorded(t *testing.T) {
 		v, err := n.store.GetUint64(keyClusterLevel)
 		return err == nil && v == uint64(fsm.BuildLevel)
 	})
+	if l, err := raftlog.MarkedLevel(cfg.logPath()); err != nil || l != fsm.BuildLevel {
+		t.Fatalf("the log's level mark: %d %v, want %d", l, err, fsm.BuildLevel)
+	}
 	if err := n.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -83,5 +88,56 @@ func TestLevelRisesAndIsRecorded(t *testing.T) {
 	}
 	if want := []string{"speaks cluster level 1", "at level 2"}; !strings.Contains(err.Error(), want[0]) || !strings.Contains(err.Error(), want[1]) {
 		t.Fatalf("start: %v, want both levels named", err)
+	}
+
+	// A log marked above this build's level is refused the same way, even
+	// with raft.db at this build's level.
+	bolt, err = raftboltdb.New(raftboltdb.Options{Path: cfg.boltPath(), MsgpackUseNewTimeFormat: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bolt.SetUint64(keyClusterLevel, uint64(fsm.BuildLevel)); err != nil {
+		t.Fatal(err)
+	}
+	_ = bolt.Close()
+	if err := raftlog.MarkLevel(cfg.logPath(), fsm.BuildLevel+1); err != nil {
+		t.Fatal(err)
+	}
+	if n4, err := Open(cfg); err == nil || !strings.Contains(err.Error(), "at level 2") {
+		if n4 != nil {
+			_ = n4.Kill()
+		}
+		t.Fatalf("start on a log marked level 2: %v, want a refusal naming both levels", err)
+	}
+}
+
+// TestLevelLogMarksBeforeStoring: the log is marked with an entry's level
+// before the entry is stored, and an entry this build cannot read is never
+// stored.
+func TestLevelLogMarksBeforeStoring(t *testing.T) {
+	dir := t.TempDir()
+	mem := raft.NewInmemStore()
+	l := &levelLog{LogStore: mem, marks: &levelMarks{dir: dir}}
+	entry := func(i uint64, c fsm.Command) *raft.Log {
+		return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: fsm.Encode(c)}
+	}
+	if err := l.StoreLogs([]*raft.Log{entry(1, &fsm.Sweep{})}); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := raftlog.MarkedLevel(dir); m != 0 {
+		t.Fatalf("marked %d after a level 0 entry", m)
+	}
+	if err := l.StoreLog(entry(2, &fsm.SetLevel{Level: 1})); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := raftlog.MarkedLevel(dir); m != 1 {
+		t.Fatalf("marked %d after a level 1 entry, want 1", m)
+	}
+	newer := &raft.Log{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte{250, 1}}
+	if err := l.StoreLogs([]*raft.Log{newer}); !errors.Is(err, ErrLevel) {
+		t.Fatalf("an entry of a newer build: %v, want ErrLevel", err)
+	}
+	if last, _ := mem.LastIndex(); last != 2 {
+		t.Fatalf("last index %d, want 2: the unreadable entry was stored", last)
 	}
 }

@@ -45,6 +45,7 @@ type Node struct {
 	clock    clockGuard
 	counters counters
 	levels   levels
+	marks    levelMarks
 }
 
 // Open starts a node: it opens (or creates) the stores under DataDir,
@@ -100,7 +101,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, fmt.Errorf("create log cache: %w", err)
 	}
-	logs := &typedLog{LogStore: cache, below: n.watched}
+	logs := &levelLog{LogStore: &typedLog{LogStore: cache, below: n.watched}, marks: &n.marks}
 	stable := &stableGuard{StableStore: n.store, self: []byte(n.transport.LocalAddr()), health: n.storage, refuse: n.refuseElections}
 	trans := &voteGate{gatedTransport: n.transport, refuse: n.refuseElections}
 	r, err := raft.NewRaft(n.raftConfig(), n.fsm, logs, stable, n.snaps, trans)
@@ -237,6 +238,12 @@ func (n *Node) openLog() error {
 			return nil
 		}
 	}
+	marked, err := checkLevelMark(path)
+	if err != nil {
+		return err
+	}
+	n.marks.dir = path
+	n.marks.marked.Store(marked)
 	wal, err := raftlog.Open(path, raftlog.Options{
 		SegmentSize: n.cfg.LogSegmentSize,
 		Warn:        n.log.Named("raftlog").Warn,
