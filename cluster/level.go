@@ -164,6 +164,18 @@ func levelTooHigh(level uint64) error {
 		fsm.BuildLevel, level, level)
 }
 
+// checkUpgradePath refuses to start a build on a data directory written at
+// a level more than one below the build's: an upgrade must go through a
+// build of each level in turn (the path every release is tested on).
+// A fresh data directory takes any level.
+func checkUpgradePath(recorded, build uint32, hasState bool) error {
+	if !hasState || recorded+1 >= build {
+		return nil
+	}
+	return fmt.Errorf("this build speaks cluster level %d, and the data directory's cluster is at level %d: upgrades go one level at a time; upgrade every member to a build of level %d first (the README's \"Upgrading\")",
+		build, recorded, recorded+1)
+}
+
 // checkLevelRecord refuses a data directory whose recorded active level is
 // above what this build speaks. Called before Raft starts.
 func checkLevelRecord(stable raft.StableStore) (uint32, error) {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +140,26 @@ func TestLevelLogMarksBeforeStoring(t *testing.T) {
 	}
 	if last, _ := mem.LastIndex(); last != 2 {
 		t.Fatalf("last index %d, want 2: the unreadable entry was stored", last)
+	}
+}
+
+// TestUpgradePathGoesOneLevelAtATime: a build starts on a data directory of
+// its own level or the one before, or on a fresh one; skipping a level is
+// refused naming the levels.
+func TestUpgradePathGoesOneLevelAtATime(t *testing.T) {
+	for _, c := range []struct {
+		recorded, build uint32
+		state, ok       bool
+	}{
+		{0, 1, true, true}, {1, 1, true, true}, {1, 2, true, true}, {2, 2, true, true},
+		{0, 2, false, true}, {0, 2, true, false}, {1, 3, true, false},
+	} {
+		err := checkUpgradePath(c.recorded, c.build, c.state)
+		if (err == nil) != c.ok {
+			t.Errorf("data at level %d (state %v), build of level %d: %v, want ok %v", c.recorded, c.state, c.build, err, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("level %d first", c.recorded+1)) {
+			t.Errorf("refusal %q does not name the level to go through", err)
+		}
 	}
 }

@@ -94,6 +94,10 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, fmt.Errorf("inspect existing raft state: %w", err)
 	}
+	if err := checkUpgradePath(max(recorded, n.marks.marked.Load()), fsm.BuildLevel, hasState); err != nil {
+		n.closeStores()
+		return nil, err
+	}
 	// The log cache keeps recent entries in memory, so replicating them does
 	// not read them back from disk.
 	cache, err := raft.NewLogCache(1024, n.watched)
