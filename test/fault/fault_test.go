@@ -33,15 +33,41 @@ func plantedBugs() []Scenario {
 		bug("holdfast_bug_stale_read", WorkloadQueue, NemesisPartition, 35*time.Second, "stale reads"),
 		// Restore resets the fencing counter: restarted nodes restore from
 		// their snapshots (kill nemesis, a snapshot every few seconds).
-		withArgs(bug("holdfast_bug_fence_reset", WorkloadLease, NemesisKill, 40*time.Second, "fence order, state hash divergence"),
-			"--snapshot-threshold", "24", "--trailing-logs", "8"),
+		compactOften(bug("holdfast_bug_fence_reset", WorkloadLease, NemesisKill, 40*time.Second, "fence order, state hash divergence")),
 		// Apply reads each replica's own clock (one node also runs with a
 		// clock offset): replicas diverge.
 		bug("holdfast_bug_local_clock", WorkloadLease, NemesisClock, 30*time.Second, "state hash divergence"),
 		// A release hands the lease to its two longest waiters: both get a
 		// grant with the same fence.
 		bug("holdfast_bug_double_handover", WorkloadLease, NemesisNone, 30*time.Second, "duplicate fences, overlapping grants"),
+		// The level rises as soon as a new build leads, without waiting for
+		// the members: the baseline member rejoining from an upgraded
+		// leader cannot read its snapshot or its entries.
+		compactOften(bug("holdfast_bug_level_gate", WorkloadLeaseQueue, NemesisRejoin, upgradeRun, "a baseline member that cannot follow, the level risen with a baseline member")),
 	}
+}
+
+// upgradeRun is what the budget counts for an upgrade walk: the clients
+// run until the walk ends.
+const upgradeRun = 60 * time.Second
+
+// upgrades are the rolling-upgrade scenarios, three nodes each.
+func upgrades() []Scenario {
+	var out []Scenario
+	for _, nem := range []string{NemesisUpgrade, NemesisRejoin, NemesisDowngrade} {
+		sc := scenario(WorkloadLeaseQueue, nem, 3, upgradeRun)
+		if nem == NemesisRejoin {
+			sc = compactOften(sc)
+		}
+		out = append(out, sc)
+	}
+	return out
+}
+
+// compactOften makes the leader snapshot and compact its log every few
+// dozen entries, so a joiner is sent a snapshot.
+func compactOften(sc Scenario) Scenario {
+	return withArgs(sc, "--snapshot-threshold", "24", "--trailing-logs", "8")
 }
 
 // withTLS runs sc with TLS on every link.
@@ -77,6 +103,7 @@ func matrix() []Scenario {
 		}
 	}
 	out = append(out, teeth(3, 25*time.Second), withTLS(scenario(WorkloadFenced, NemesisMix, 3, d)))
+	out = append(out, upgrades()...)
 	for _, n := range []string{NemesisPartition, NemesisKill, NemesisPause, NemesisMembership, NemesisMix, NemesisClock, NemesisClockCrash} {
 		add(WorkloadLease, n)
 		if n != NemesisMembership && n != NemesisClock && n != NemesisClockCrash {
@@ -134,7 +161,10 @@ func TestPlantedBugs(t *testing.T) {
 func TestFaultMatrix(t *testing.T) {
 	s := skipUnlessSuite(t)
 	scs := smoke()
-	if s.cfg.full {
+	switch {
+	case s.cfg.upgrades:
+		scs = upgrades()
+	case s.cfg.full:
 		scs = matrix()
 	}
 	s.runScenarios(t, scs)

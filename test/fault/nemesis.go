@@ -29,6 +29,11 @@ type nemesis struct {
 	r     *run
 	kinds []string
 	rng   *rand.Rand
+
+	// probes counts the upgrade walks' write probes; lastFence is the
+	// highest fencing token they were granted.
+	probes    int
+	lastFence int64
 }
 
 func newNemesis(r *run) *nemesis {
@@ -44,6 +49,10 @@ func newNemesis(r *run) *nemesis {
 }
 
 func (nm *nemesis) loop(ctx context.Context) {
+	if scripted(nm.r.sc.Nemesis) {
+		nm.walk(ctx)
+		return
+	}
 	if len(nm.kinds) == 0 {
 		<-ctx.Done()
 		return

@@ -33,7 +33,68 @@ const (
 	WorkloadFenced  = "fenced"
 	WorkloadNoFence = "fenced-nocheck"
 	WorkloadQueue   = "queue"
+	// WorkloadLeaseQueue runs the lease and the queue workloads at once.
+	WorkloadLeaseQueue = "lease+queue"
 )
+
+// workload is what a scenario runs against the cluster: clients that
+// record a history, final reads after healing, and the checks.
+type workload interface {
+	setup(context.Context) error
+	start(context.Context, *sync.WaitGroup)
+	final(context.Context) error
+	check(*Result)
+}
+
+// bothWorkloads runs several workloads side by side on one history; each
+// checker reads only its own operations.
+type bothWorkloads []workload
+
+func (b bothWorkloads) setup(ctx context.Context) error {
+	for _, w := range b {
+		if err := w.setup(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b bothWorkloads) start(ctx context.Context, wg *sync.WaitGroup) {
+	for _, w := range b {
+		w.start(ctx, wg)
+	}
+}
+
+func (b bothWorkloads) final(ctx context.Context) error {
+	for _, w := range b {
+		if err := w.final(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check runs each checker on a result of its own and adds them up; the
+// linearizability verdict is the worst of them.
+func (b bothWorkloads) check(res *Result) {
+	for _, w := range b {
+		part := &Result{Lin: VerdictNA}
+		w.check(part)
+		res.Lost += part.Lost
+		res.Unexpected += part.Unexpected
+		res.Fencing += part.Fencing
+		res.Violations += part.Violations
+		res.Details = append(res.Details, part.Details...)
+		if verdictRank(part.Lin) > verdictRank(res.Lin) {
+			res.Lin = part.Lin
+		}
+	}
+}
+
+// verdictRank orders verdicts from the best to the worst.
+func verdictRank(v string) int {
+	return slices.Index([]string{VerdictNA, VerdictOK, VerdictUnknown, VerdictInvalid}, v)
+}
 
 // Nemeses.
 const (
@@ -131,6 +192,8 @@ type run struct {
 	// targets are the nodes clients talk to (the initial members).
 	targets []*harness.Node
 	spare   *harness.Node
+	// baseline is the older build the upgrade scenarios start on.
+	baseline string
 
 	maxAttempts int
 	start       time.Time
@@ -216,6 +279,9 @@ type nodeStatus struct {
 	StateHash     string           `json:"state_hash"`
 	ClockSkewed   bool             `json:"clock_skewed"`
 	ClockOffsetMs int64            `json:"clock_offset_ms"`
+	Level         uint32           `json:"level"`
+	BuildVersion  string           `json:"build_version"`
+	ActiveLevel   uint32           `json:"active_level"`
 	Nodes         []harness.Member `json:"nodes"`
 }
 
@@ -394,6 +460,9 @@ func (r *run) form(env *harness.Env) {
 		nw.SetDown(r.spare.ID, true)
 	}
 	for _, n := range r.targets {
+		if startsOnBaseline(r.sc.Nemesis) {
+			n.Binary = r.baseline
+		}
 		r.setMember(n.ID, true)
 		r.c.Start(n, "--bootstrap-expect", strconv.Itoa(r.sc.Nodes), "--join", harness.JoinList(harness.Except(r.targets, n)...))
 	}

@@ -101,7 +101,11 @@ func (nm *nemesis) storage() *fault {
 	return &fault{
 		desc: desc,
 		hold: between(nm.rng, time.Second, 2*time.Second),
-		heal: func() { nm.awaitCaughtUp(n) },
+		heal: func() {
+			if err := nm.awaitCaughtUp(n); err != nil {
+				r.problem("storage: after the storage fault, %v", err)
+			}
+		},
 	}
 }
 
@@ -150,7 +154,7 @@ func (nm *nemesis) judgeStart(n *harness.Node, d damage) bool {
 
 // awaitCaughtUp waits until n runs and either leads or knows a leader and
 // holds the log up to the commit index that leader had when first asked.
-func (nm *nemesis) awaitCaughtUp(n *harness.Node) {
+func (nm *nemesis) awaitCaughtUp(n *harness.Node) error {
 	r := nm.r
 	var last uint64
 	err := poll(context.Background(), 60*time.Second, 300*time.Millisecond, func() error {
@@ -181,8 +185,9 @@ func (nm *nemesis) awaitCaughtUp(n *harness.Node) {
 		return nil
 	})
 	if err != nil {
-		r.problem("storage: %s did not catch up after the storage fault: %v; log tail:\n%s", n.ID, err, lastLines(n.LogSinceStart(), 15))
+		return fmt.Errorf("%s did not catch up: %w; log tail:\n%s", n.ID, err, lastLines(n.LogSinceStart(), 15))
 	}
+	return nil
 }
 
 func exitState(n *harness.Node) string {

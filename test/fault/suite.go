@@ -25,7 +25,8 @@ const (
 	// BudgetEnv is the suite's time budget, e.g. "40m". Setting it selects
 	// the full matrix; without it a short smoke runs.
 	BudgetEnv = "HOLDFAST_FAULT_BUDGET"
-	// MatrixEnv forces "smoke" or "full" whatever the budget.
+	// MatrixEnv forces "smoke" or "full" whatever the budget, or selects
+	// only the upgrade scenarios ("upgrade").
 	MatrixEnv = "HOLDFAST_FAULT_MATRIX"
 	// ArtifactsEnv is a directory that keeps every run's history, node
 	// logs and visualization (otherwise they are kept only on failure).
@@ -41,6 +42,7 @@ type config struct {
 	seed      uint64
 	budget    time.Duration
 	full      bool
+	upgrades  bool
 	artifacts string
 	race      bool
 }
@@ -73,8 +75,10 @@ func loadConfig() (config, error) {
 		c.full = false
 	case "full":
 		c.full = true
+	case "upgrade":
+		c.upgrades = true
 	default:
-		return c, fmt.Errorf("%s=%q: want smoke or full", MatrixEnv, v)
+		return c, fmt.Errorf("%s=%q: want smoke, full or upgrade", MatrixEnv, v)
 	}
 	if v := os.Getenv(ArtifactsEnv); v != "" {
 		abs, err := filepath.Abs(v)
@@ -101,6 +105,8 @@ type suite struct {
 	mu     sync.Mutex
 	tagged map[string]*harness.Env
 	rows   []*Result
+	// baselineBin is the upgrade scenarios' older build, once built.
+	baselineBin string
 }
 
 func newSuite(cfg config, ports *harness.PortAllocator, binDir string) *suite {
@@ -147,6 +153,15 @@ func (s *suite) envFor(tag string) (*harness.Env, error) {
 	return e, nil
 }
 
+// estimate is the time sc is expected to take, builds included.
+func (s *suite) estimate(sc Scenario) time.Duration {
+	d := sc.estimate(s.built(sc.Tag))
+	if scripted(sc.Nemesis) && !s.baselineBuilt() {
+		d += 90 * time.Second
+	}
+	return d
+}
+
 func (s *suite) addRow(r *Result) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -171,10 +186,10 @@ func (s *suite) runScenarios(t *testing.T, scs []Scenario) {
 	t.Logf("suite seed %d (replay with %s=%d); budget %v (%s)", s.cfg.seed, SeedEnv, s.cfg.seed, s.cfg.budget, map[bool]string{true: "full matrix", false: "smoke"}[s.cfg.full])
 	var skipped []string
 	for _, sc := range scs {
-		if left := time.Until(s.deadline); left < sc.estimate(s.built(sc.Tag)) {
+		if left := time.Until(s.deadline); left < s.estimate(sc) {
 			skipped = append(skipped, sc.Name)
 			t.Run(sc.Name, func(t *testing.T) {
-				t.Skipf("skipped: the time budget (%s=%v) has %v left, this scenario needs about %v", BudgetEnv, s.cfg.budget, left.Round(time.Second), sc.estimate(s.built(sc.Tag)))
+				t.Skipf("skipped: the time budget (%s=%v) has %v left, this scenario needs about %v", BudgetEnv, s.cfg.budget, left.Round(time.Second), s.estimate(sc))
 			})
 			continue
 		}
@@ -206,14 +221,13 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 		t.Fatal(err)
 	}
 	r := newRun(t, s, sc)
+	if scripted(sc.Nemesis) {
+		if r.baseline, err = s.baseline(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r.form(env)
 
-	type workload interface {
-		setup(context.Context) error
-		start(context.Context, *sync.WaitGroup)
-		final(context.Context) error
-		check(*Result)
-	}
 	var w workload
 	switch sc.Workload {
 	case WorkloadLease:
@@ -224,6 +238,8 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 		w = newLeaseWorkload(r, NewFencedStore(false))
 	case WorkloadQueue:
 		w = newQueueWorkload(r)
+	case WorkloadLeaseQueue:
+		w = bothWorkloads{newLeaseWorkload(r, nil), newQueueWorkload(r)}
 	default:
 		t.Fatalf("unknown workload %q", sc.Workload)
 	}
@@ -231,9 +247,17 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 		t.Fatalf("workload setup: %v", err)
 	}
 
+	// The clients run for the scenario's duration; under a scripted walk,
+	// until the walk has ended and the tail has passed.
 	ctx, cancel := context.WithTimeout(context.Background(), sc.Duration)
-	defer cancel()
 	nemCtx, nemCancel := context.WithTimeout(context.Background(), max(sc.Duration-nemesisTail, time.Second))
+	if scripted(sc.Nemesis) {
+		cancel()
+		ctx, cancel = context.WithCancel(context.Background())
+		nemCancel()
+		nemCtx, nemCancel = context.WithCancel(context.Background())
+	}
+	defer cancel()
 	defer nemCancel()
 	var wg sync.WaitGroup
 	w.start(ctx, &wg)
@@ -243,6 +267,11 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 		newNemesis(r).loop(nemCtx)
 	}()
 	<-nemDone
+	if scripted(sc.Nemesis) {
+		sleepCtx(ctx, nemesisTail)
+		cancel()
+		r.checkNoCrash()
+	}
 	wg.Wait()
 	r.rec.Note("workload-end", sc.Name)
 
@@ -252,6 +281,7 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 		if err := w.final(context.Background()); err != nil {
 			r.problem("final reads after healing failed: %v", err)
 		}
+		r.checkEndLevel()
 	}
 	res := r.baseResult()
 	res.Converged = r.converged

@@ -28,6 +28,9 @@ type BuildOptions struct {
 	// Tags are build tags (go build -tags), e.g. the planted-bug tags the
 	// fault suite builds to prove its checkers fail; none by default.
 	Tags []string
+	// Root is the module root to build in (default: the module of the
+	// current directory), e.g. an older commit's source tree.
+	Root string
 }
 
 // DefaultBinaryName is deliberately not "holdfast": people and scripts on a
@@ -86,9 +89,11 @@ func Build(ctx context.Context, outDir string, opts BuildOptions) (string, error
 	if err != nil {
 		return "", err
 	}
-	root, err := moduleRoot(ctx, goBin)
-	if err != nil {
-		return "", err
+	root := opts.Root
+	if root == "" {
+		if root, err = moduleRoot(ctx, goBin); err != nil {
+			return "", err
+		}
 	}
 	pkg := opts.Package
 	if pkg == "" {

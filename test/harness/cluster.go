@@ -335,7 +335,7 @@ func (c *Cluster) Wipe(n *Node) {
 // harness stopping it.
 func (c *Cluster) checkExits() error {
 	for _, n := range c.Nodes() {
-		if how := n.unexpectedExit(); how != "" {
+		if how := n.UnexpectedExit(); how != "" {
 			return fmt.Errorf("%w: %s exited unexpectedly (%s); log tail:\n%s", ErrPermanent, n, how, n.LogTail(30))
 		}
 	}

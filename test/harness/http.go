@@ -24,6 +24,10 @@ type Member struct {
 	HTTPAddr string `json:"http_addr"`
 	RaftAddr string `json:"raft_addr"`
 	Voter    bool   `json:"voter"`
+	// Level and BuildVersion are what the member last reported of its
+	// build (0 and "" for builds before cluster levels).
+	Level        uint32 `json:"level"`
+	BuildVersion string `json:"build_version"`
 }
 
 // Status is the JSON of GET /cluster/status, declared here rather than

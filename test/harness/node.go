@@ -48,6 +48,10 @@ type Node struct {
 	// TLS is the node certificate of a TLS cluster (zero otherwise); it is
 	// passed with the peer flags, before Args.
 	TLS TLSFiles
+	// Binary, when set, is the holdfast binary of this node's starts instead
+	// of its cluster's (another build, e.g. an older release in an upgrade
+	// test).
+	Binary string
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -181,7 +185,11 @@ func (n *Node) Start(extra ...string) error {
 	if err != nil {
 		return fmt.Errorf("log offset of %s: %w", n, err)
 	}
-	cmd := exec.Command(n.c.env.Binary, args...)
+	bin := n.c.env.Binary
+	if n.Binary != "" {
+		bin = n.Binary
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = n.c.dir
 	cmd.Env = n.env()
 	cmd.Stdout = f
@@ -329,9 +337,9 @@ func (n *Node) Exit() (int, string) {
 	return n.exitCode, n.exitState
 }
 
-// unexpectedExit describes the exit of a process the harness did not stop,
+// UnexpectedExit describes the exit of a process the harness did not stop,
 // or returns "".
-func (n *Node) unexpectedExit() string {
+func (n *Node) UnexpectedExit() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.done == nil || !isClosed(n.done) || n.expected {

@@ -91,7 +91,9 @@ func Segments(dataDir string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), segmentSuffix) {
+		base, ok := strings.CutSuffix(e.Name(), segmentSuffix)
+		// Level marks (needs-cluster-level-N.seg) are not segments.
+		if !e.IsDir() && ok && base != "" && strings.Trim(base, "0123456789") == "" {
 			out = append(out, filepath.Join(dir, e.Name()))
 		}
 	}
