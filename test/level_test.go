@@ -1,11 +1,11 @@
 package test
 
 import (
-	"github.com/holdfast/holdfast/test/harness"
-
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/test/harness"
 )
 
 // levelStatus is the part of GET /cluster/status about cluster levels.
