@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/holdfast/holdfast/internal/atomicfile"
 )
 
 // A level mark is a file in the log's directory saying that the log holds
@@ -65,17 +67,7 @@ func MarkedLevel(dir string) (uint32, error) {
 func MarkLevel(dir string, level uint32) error {
 	path := levelMarkPath(dir, level)
 	text := fmt.Sprintf("The cluster this log belongs to is at cluster level %d: only builds that speak level %d or later can read its entries.\n", level, level)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("raftlog: mark level %d: %w", level, err)
-	}
-	_, err = f.WriteString(text)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err := atomicfile.Write(path, []byte(text))
 	if err == nil {
 		err = osFS{}.SyncDir(dir)
 	}
