@@ -270,9 +270,9 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 	if scripted(sc.Nemesis) {
 		sleepCtx(ctx, nemesisTail)
 		cancel()
-		r.checkNoCrash()
 	}
 	wg.Wait()
+	r.checkNoCrash(scripted(sc.Nemesis))
 	r.rec.Note("workload-end", sc.Name)
 
 	r.ensureHealed()

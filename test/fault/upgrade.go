@@ -399,11 +399,12 @@ func (nm *nemesis) probeAll(phase string) {
 	}
 }
 
-// checkNoCrash reports members that exited without the suite stopping
-// them, and any node that panicked.
-func (r *run) checkNoCrash() {
+// checkNoCrash reports any node that panicked and, with exits, members
+// that exited without the suite stopping them (other nemeses restart what
+// they stop or refuse on purpose, so only the scripted walks ask).
+func (r *run) checkNoCrash(exits bool) {
 	for _, n := range r.slots {
-		if how := n.UnexpectedExit(); how != "" && r.isMember(n.ID) {
+		if how := n.UnexpectedExit(); exits && how != "" && r.isMember(n.ID) {
 			r.problem("%s exited on its own: %s; log tail:\n%s", n.ID, how, lastLines(n.LogSinceStart(), 10))
 		}
 		if p := panicLine.FindString(n.Log()); p != "" {
