@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/holdfast/holdfast/cluster"
@@ -56,33 +57,46 @@ func printBackup(stdout io.Writer, file string, b *cluster.Backup, sum fsm.Snaps
 	return exitOK
 }
 
-// fileArg parses flags followed by exactly one FILE argument.
+// fileArg parses exactly one FILE argument with flags before or after it.
 func fileArg(name string, args []string, stderr io.Writer, register func(fs *flag.FlagSet)) (string, int, bool) {
 	fs := newFlags(name, stderr)
 	if register != nil {
 		register(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return "", exitOK, false
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return "", exitOK, false
+			}
+			return "", exitUsage, false
 		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(files) != 1 {
+		fmt.Fprintf(stderr, "holdfast %s: want exactly one FILE argument, got %d %q\n", name, len(files), files)
 		return "", exitUsage, false
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "holdfast %s: want exactly one FILE argument\n", name)
-		return "", exitUsage, false
-	}
-	return fs.Arg(0), 0, true
+	return files[0], 0, true
 }
 
 func snapshotSave(args []string, stdout, stderr io.Writer) int {
 	var o *clientOpts
+	var force bool
 	file, code, ok := fileArg("snapshot save", args, stderr, func(fs *flag.FlagSet) {
 		o = addConnFlags(fs)
 		o.clusterKey = clusterKeyFlag(fs)
+		fs.BoolVar(&force, "force", false, "replace FILE if it exists")
 	})
 	if !ok {
 		return code
+	}
+	if _, err := os.Lstat(file); err == nil && !force {
+		return usageError(stderr, "snapshot save", fmt.Errorf("%s exists: give another FILE, or --force to replace it", file))
 	}
 	cl, err := o.client()
 	if err != nil {
