@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/internal/client"
+	"github.com/holdfast/holdfast/internal/secret"
 )
 
 // Exit statuses of the client commands (the README's table).
@@ -80,8 +81,8 @@ func (o *clientOpts) client() (*client.Client, error) {
 // from a file, or empty to take it from an environment variable, so that it
 // need not appear in a process listing.
 type secretValue struct {
-	raw, env string
-	set      bool
+	raw, env, name string
+	set            bool
 }
 
 func (s *secretValue) String() string { return "" } // never print a secret, not even as a default
@@ -93,7 +94,7 @@ func (s *secretValue) Set(v string) error {
 // secretFlag registers a secret flag name whose fallback is the environment
 // variable env.
 func secretFlag(fs *flag.FlagSet, name, env, usage string) *secretValue {
-	s := &secretValue{env: env}
+	s := &secretValue{env: env, name: name}
 	fs.Var(s, name, usage+": the value, @FILE, or the environment variable "+env)
 	return s
 }
@@ -107,11 +108,36 @@ func (s *secretValue) get() (string, error) {
 	if file, ok := strings.CutPrefix(v, "@"); ok {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return "", fmt.Errorf("read the secret file of %s: %w", s.env, err)
+			return "", fmt.Errorf("read the secret file of --%s (%s): %w", s.name, s.env, err)
 		}
 		v = strings.TrimRight(string(b), "\r\n")
+		if v == "" {
+			return "", fmt.Errorf("the secret file %s of --%s (%s) is empty", file, s.name, s.env)
+		}
 	}
 	return v, nil
+}
+
+// leaseTarget resolves the namespace and the lease key of a lease command.
+// A key without a namespace is a secret itself: one too short for that is
+// refused here, naming the namespace it is missing.
+func leaseTarget(ns, key *secretValue) (map[string]any, error) {
+	nsv, err := ns.get()
+	if err != nil {
+		return nil, err
+	}
+	k, err := key.need("key")
+	if err != nil {
+		return nil, err
+	}
+	body := map[string]any{"key": k}
+	if nsv != "" {
+		body["namespace"] = nsv
+	} else if len(k) < secret.MinKeyLen {
+		return nil, fmt.Errorf("no namespace: give --namespace (or %s; `holdfast lease namespace` mints one), or use a random key of %d to %d characters, which is a secret itself (this one has %d)",
+			ns.env, secret.MinKeyLen, secret.MaxKeyLen, len(k))
+	}
+	return body, nil
 }
 
 // need resolves a secret that the command cannot do without.

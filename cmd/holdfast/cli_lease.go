@@ -63,15 +63,8 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
 		}
-		body := map[string]any{}
-		nsv, err := ns.get()
+		body, err := leaseTarget(ns, key)
 		if err != nil {
-			return usageError(stderr, name, err)
-		}
-		if nsv != "" {
-			body["namespace"] = nsv
-		}
-		if body["key"], err = key.need("key"); err != nil {
 			return usageError(stderr, name, err)
 		}
 		if owner != nil {

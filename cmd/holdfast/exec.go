@@ -86,15 +86,8 @@ func execCommand(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "exec", errors.New(`--result must be "exit" or "stdout"`))
 	}
 	r.ttl = time.Duration(*ttl) * time.Second
-	r.base = map[string]any{}
-	nsv, err := ns.get()
-	if err != nil {
-		return usageError(stderr, "exec", err)
-	}
-	if nsv != "" {
-		r.base["namespace"] = nsv
-	}
-	if r.base["key"], err = key.need("key"); err != nil {
+	var err error
+	if r.base, err = leaseTarget(ns, key); err != nil {
 		return usageError(stderr, "exec", err)
 	}
 	if r.cl, err = o.client(); err != nil {
