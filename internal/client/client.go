@@ -305,13 +305,21 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		lastErr error
 		pause   time.Duration
 		unknown bool
+		reach   = make([]error, len(c.bases)) // why each node could not be reached
 	)
+	// finalErr names every node and its error when none was reached.
+	finalErr := func() error {
+		if unknown || lastErr == nil {
+			return lastErr
+		}
+		return unreachableErr(c.bases, reach, lastErr)
+	}
 	for tried := 1; ; tried++ {
 		if ctx.Err() != nil {
-			return giveUp(last, lastErr, ctx.Err())
+			return giveUp(last, finalErr(), ctx.Err())
 		}
 		if d, ok := ctx.Deadline(); ok && (last != nil || lastErr != nil) && time.Until(d) < minAttempt {
-			return giveUp(last, lastErr, context.DeadlineExceeded)
+			return giveUp(last, finalErr(), context.DeadlineExceeded)
 		}
 		i := int(c.cur.Load()) % len(c.bases)
 		resp, err := c.send(ctx, c.bases[i], req)
@@ -333,6 +341,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 			if !unknown && (lastErr == nil || ctx.Err() == nil) {
 				last, lastErr = nil, err
 			}
+			reach[i] = err
 		case err != nil:
 			e := unknownErr(req, c.bases[i], err)
 			if !req.Repeatable || ctx.Err() != nil {
@@ -357,10 +366,34 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return giveUp(last, lastErr, ctx.Err())
+			return giveUp(last, finalErr(), ctx.Err())
 		case <-t.C:
 		}
 	}
+}
+
+// unreachable is the error of a request no node was reached for: it names
+// each node tried with its error, and wraps the last.
+type unreachable struct {
+	msg  string
+	last error
+}
+
+func (e *unreachable) Error() string { return e.msg }
+func (e *unreachable) Unwrap() error { return e.last }
+
+// unreachableErr is last, naming every node tried when there were several.
+func unreachableErr(bases []string, reach []error, last error) error {
+	var parts []string
+	for i, err := range reach {
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("%s: %v", bases[i], err))
+		}
+	}
+	if len(parts) < 2 {
+		return last
+	}
+	return &unreachable{msg: fmt.Sprintf("no node could be reached (%d tried): %s", len(parts), strings.Join(parts, "; ")), last: last}
 }
 
 // readOnly says whether a request with this method changes nothing.

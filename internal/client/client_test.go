@@ -202,11 +202,18 @@ func TestUnknownWinsAtTimeout(t *testing.T) {
 }
 
 func TestAllRefusedBoundedByTimeout(t *testing.T) {
-	c := mustNew(t, Config{Addrs: []string{refusedAddr(t), refusedAddr(t)}, Timeout: time.Second})
+	a, b := refusedAddr(t), refusedAddr(t)
+	c := mustNew(t, Config{Addrs: []string{a, b}, Timeout: time.Second})
 	start := time.Now()
 	resp, err := c.Do(context.Background(), post)
 	if err == nil || errors.Is(err, ErrUnknown) || resp != nil {
 		t.Fatalf("Do = %v, %v; want a connection error, not an unknown outcome", resp, err)
+	}
+	// Every address is named with its error, and the error still says
+	// what kind it is.
+	var op *net.OpError
+	if msg := err.Error(); !strings.Contains(msg, a+": ") || !strings.Contains(msg, b+": ") || !strings.Contains(msg, "refused") || !errors.As(err, &op) {
+		t.Errorf("the error %q does not name both nodes and their errors", msg)
 	}
 	if d := time.Since(start); d < 900*time.Millisecond || d > 4*time.Second {
 		t.Fatalf("Do gave up after %v with a 1 s timeout", d)
