@@ -371,9 +371,63 @@ func dispatch(group string, subs []subcommand, args []string, stdout, stderr io.
 		list(stdout)
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "holdfast %s: unknown command %q\n\n", group, args[0])
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	fmt.Fprintf(stderr, "holdfast %s: unknown command %q%s\n\n", group, args[0], suggest(args[0], names))
 	list(stderr)
 	return exitUsage
+}
+
+// asksHelp reports whether a command's arguments ask for its help (before
+// any "--", after which they belong to the command it runs).
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// suggest names the closest of names to a mistyped one, as
+// ` (did you mean "lease"?)`, or "" when none is within two edits.
+func suggest(typed string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(typed, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // newFlags makes the flag set of a client command.

@@ -35,6 +35,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
+	if asksHelp(args[1:]) {
+		// Help asked of a command is its output, as `holdfast --help` is.
+		stderr = stdout
+	}
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stderr)
@@ -64,9 +68,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stdout)
 		return 0
 	}
-	fmt.Fprintf(stderr, "holdfast: unknown command %q\n\n", args[0])
+	fmt.Fprintf(stderr, "holdfast: unknown command %q%s\n\n", args[0], suggest(args[0], commandNames()))
 	usage(stderr)
 	return 2
+}
+
+// commandNames are the top-level commands, for suggestions.
+func commandNames() []string {
+	return []string{"serve", "example-worker", "bench", "tls", "lease", "queue", "cluster", "snapshot", "exec", "work", "dev", "version", "help"}
 }
 
 func usage(w io.Writer) {

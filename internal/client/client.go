@@ -471,8 +471,15 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 	if int64(len(raw)) > limit {
 		return nil, fmt.Errorf("the answer to %s %s is larger than %d bytes", req.Method, req.Path, limit)
 	}
+	if resp.StatusCode == http.StatusBadRequest && bytes.HasPrefix(raw, []byte(plainToTLS)) {
+		// Go's TLS server answers plain HTTP so, before any handler runs.
+		return nil, &unsentError{fmt.Errorf("%s serves HTTPS, and this call spoke plain HTTP: give --ca-file (or HOLDFAST_CA_FILE) with the cluster's CA certificate", base)}
+	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: raw, Addr: base}, nil
 }
+
+// plainToTLS begins the answer of a TLS listener to a plain HTTP request.
+const plainToTLS = "Client sent an HTTP request to an HTTPS server"
 
 // unsentError is the failure of an attempt that never wrote its whole request.
 type unsentError struct{ err error }

@@ -265,6 +265,11 @@ func TestTLSWithCAFile(t *testing.T) {
 	if err != nil || resp.Status != http.StatusOK {
 		t.Fatalf("Do over TLS = %v, %v", resp, err)
 	}
+	// Plain HTTP to the TLS node: the error says to give the CA file.
+	c = mustNew(t, Config{Addrs: []string{srv.Listener.Addr().String()}, Timeout: time.Second})
+	if _, err := c.Do(context.Background(), post); err == nil || errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), "--ca-file") {
+		t.Fatalf("plain HTTP to a TLS node: %v, want a hint to give --ca-file", err)
+	}
 	// Without the CA the certificate is refused and the call fails without
 	// an unknown outcome (nothing was sent).
 	c = mustNew(t, Config{Addrs: []string{srv.URL}, Timeout: time.Second})
