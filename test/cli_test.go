@@ -403,6 +403,9 @@ func cliExec(t *testing.T, cli *cliEnv) {
 		if r.stdout != `{"exit_code":0}` {
 			t.Errorf("the waiting exec printed %q, want the stored result", r.stdout)
 		}
+		if !strings.Contains(r.stderr, "did not run the command") {
+			t.Errorf("the waiting exec did not say on stderr that it did not run the command: %q", r.stderr)
+		}
 		lines := strings.Split(waitFile(t, runs, time.Second), "\n")
 		if len(lines) != 1 || !regexp.MustCompile(`^\d+ \d{4}-\d\d-\d\dT`).MatchString(lines[0]) {
 			t.Errorf("the command ran %d times: %q", len(lines), lines)

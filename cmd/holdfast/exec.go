@@ -236,6 +236,7 @@ func (r *execRun) acquire(sigs <-chan os.Signal) (execLease, int, bool) {
 			// Completed with this fingerprint: the stored result, no run.
 			v, _ := lookupField(resp.Body, "result")
 			fmt.Fprintln(r.stdout, v)
+			fmt.Fprintln(r.stderr, "holdfast exec: did not run the command: this key was already completed (with this fingerprint); printed the stored result")
 			return execLease{}, exitOK, true
 		case exitFor(resp) != exitLater:
 			return execLease{}, printAnswer(io.Discard, r.stderr, "exec", "", false, resp), true
