@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -181,6 +182,7 @@ func usageError(stderr io.Writer, cmd string, err error) int {
 // parseFlags parses args; it returns (status, false) when the command should
 // stop now (help asked, or a usage error, already reported by fs).
 func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	quietUsage(fs, args)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK, false
@@ -435,4 +437,93 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("holdfast "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
+}
+
+// parseTime reads a time flag: whole seconds ("30") or a Go duration
+// ("30s", "10m", "1h30m"); never negative.
+func parseTime(s string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 0 {
+			return 0, fmt.Errorf("%s is negative", s)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("want whole seconds (30) or a duration (30s, 10m), not %q", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%s is negative", s)
+	}
+	return d, nil
+}
+
+// secondsValue is a flag of whole seconds, given as a number or a duration.
+type secondsValue struct{ n *int }
+
+func (v secondsValue) String() string {
+	if v.n == nil {
+		return "0"
+	}
+	return strconv.Itoa(*v.n)
+}
+
+func (v secondsValue) Set(s string) error {
+	d, err := parseTime(s)
+	if err != nil {
+		return err
+	}
+	if d%time.Second != 0 {
+		return fmt.Errorf("%s is not a whole number of seconds", s)
+	}
+	*v.n = int(d / time.Second)
+	return nil
+}
+
+// secondsVar registers a flag of whole seconds that also takes a duration.
+func secondsVar(fs *flag.FlagSet, p *int, name string, def int, usage string) {
+	*p = def
+	fs.Var(secondsValue{p}, name, usage+" (seconds: 30, or a duration: 30s, 2m)")
+}
+
+// secondsFlag is secondsVar with a new variable.
+func secondsFlag(fs *flag.FlagSet, name string, def int, usage string) *int {
+	p := new(int)
+	secondsVar(fs, p, name, def, usage)
+	return p
+}
+
+// durationValue is a duration flag that also takes a bare number of seconds.
+type durationValue struct{ d *time.Duration }
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := parseTime(s)
+	if err != nil {
+		return err
+	}
+	*v.d = d
+	return nil
+}
+
+// durationVar registers a duration flag that also takes a bare number of
+// seconds.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	fs.Var(durationValue{p}, name, usage+" (a duration: 30s, 10m, or seconds: 30)")
+}
+
+// quietUsage makes a parse error one line naming the flag and why, and
+// a pointer to -h, instead of the whole flag list; -h still lists them.
+func quietUsage(fs *flag.FlagSet, args []string) {
+	if asksHelp(args) {
+		return
+	}
+	fs.Usage = func() { fmt.Fprintf(fs.Output(), "(%s -h lists the flags)\n", fs.Name()) }
 }

@@ -46,7 +46,7 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		}
 		var ttl *int
 		if verb == "acquire" || verb == "renew" {
-			ttl = fs.Int("ttl", 0, "ttl_seconds (0: the server's default)")
+			ttl = secondsFlag(fs, "ttl", 0, "ttl_seconds (0: the server's default)")
 		}
 		fingerprint := ""
 		var requestID *secretValue
@@ -54,7 +54,7 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		if verb == "acquire" {
 			fs.StringVar(&fingerprint, "fingerprint", "", "what this work is for: a completed key answers its result only to the same fingerprint")
 			requestID = secretFlag(fs, "request-id", "HOLDFAST_REQUEST_ID", "request_id naming this acquire: the same one again, while its grant holds, answers that grant")
-			wait = fs.Int("wait", 0, "wait_seconds: wait up to this long while the lease is held, 0 to 60")
+			wait = secondsFlag(fs, "wait", 0, "wait_seconds: wait up to this long while the lease is held, 0 to 60")
 		}
 		result := ""
 		if verb == "complete" {

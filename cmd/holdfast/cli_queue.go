@@ -171,9 +171,9 @@ func queueEnqueue(args []string, stdout, stderr io.Writer) int {
 
 func queueClaim(args []string, stdout, stderr io.Writer) int {
 	q := newQueueFlags("queue claim", workerRole, stderr)
-	vis := q.fs.Int("visibility", 0, "visibility_timeout in seconds (0: the server's default)")
+	vis := secondsFlag(q.fs, "visibility", 0, "visibility_timeout (0: the server's default)")
 	requestID := secretFlag(q.fs, "request-id", "HOLDFAST_REQUEST_ID", "request_id naming this claim: the same one again, while its claim is active, answers that claim")
-	wait := q.fs.Int("wait", 0, "wait_seconds: wait up to this long for a job when none is available, 0 to 20")
+	wait := secondsFlag(q.fs, "wait", 0, "wait_seconds: wait up to this long for a job when none is available, 0 to 20")
 	if code, ok := parseFlags(q.fs, args); !ok {
 		return code
 	}
@@ -217,9 +217,9 @@ func queueJobAction(action string) func(args []string, stdout, stderr io.Writer)
 		var vis, delay *int
 		switch action {
 		case "renew":
-			vis = q.fs.Int("visibility", 0, "the new visibility_timeout in seconds (0: the server's default)")
+			vis = secondsFlag(q.fs, "visibility", 0, "the new visibility_timeout (0: the server's default)")
 		case "release":
-			delay = q.fs.Int("delay", 0, "delay_seconds: keep the job from claims for this long, 0 to 900")
+			delay = secondsFlag(q.fs, "delay", 0, "delay_seconds: keep the job from claims for this long, 0 to 900")
 		}
 		token, code, ok := q.parseWithJob(args, job, stderr)
 		if !ok {
@@ -273,7 +273,7 @@ func queueGet(args []string, stdout, stderr io.Writer) int {
 func queueJob(args []string, stdout, stderr io.Writer) int {
 	q := newQueueFlags("queue job", readRole, stderr)
 	job := q.jobFlag()
-	wait := q.fs.Int("wait", 0, "wait_seconds: wait up to this long for the job to be completed or failed, 0 to 60")
+	wait := secondsFlag(q.fs, "wait", 0, "wait_seconds: wait up to this long for the job to be completed or failed, 0 to 60")
 	token, code, ok := q.parseWithJob(args, job, stderr)
 	if !ok {
 		return code

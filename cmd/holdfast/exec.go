@@ -66,10 +66,11 @@ func execCommand(args []string, stdout, stderr io.Writer) int {
 	key := secretFlag(fs, "key", "HOLDFAST_KEY", "the lease key (a secret itself when there is no namespace)")
 	r := &execRun{stdout: stdout, stderr: stderr}
 	fs.StringVar(&r.fingerprint, "fingerprint", "", "what this run is for: a key completed with the same fingerprint is not run again")
-	ttl := fs.Int("ttl", 30, "lease TTL in seconds; renewed every third of it")
-	fs.DurationVar(&r.wait, "wait", 0, "how long to wait while another owner holds the lease (0: exit 3 at once)")
-	fs.DurationVar(&r.grace, "grace", 10*time.Second, "after SIGTERM on a lost lease, SIGKILL after this long")
+	ttl := secondsFlag(fs, "ttl", 30, "lease TTL; renewed every third of it")
+	durationVar(fs, &r.wait, "wait", 0, "how long to wait while another owner holds the lease (0: exit 3 at once)")
+	durationVar(fs, &r.grace, "grace", 10*time.Second, "after SIGTERM on a lost lease, SIGKILL after this long")
 	fs.StringVar(&r.result, "result", "exit", `what a successful run stores: "exit" ({"exit_code":0}) or "stdout" (CMD's stdout, when it is JSON within the result limit)`)
+	quietUsage(fs, args)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK

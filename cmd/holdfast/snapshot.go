@@ -64,6 +64,7 @@ func fileArg(name string, args []string, stderr io.Writer, register func(fs *fla
 		register(fs)
 	}
 	var files []string
+	quietUsage(fs, args)
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {

@@ -80,11 +80,12 @@ func workCommand(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&w.queue, "queue", envOr("HOLDFAST_QUEUE", ""), "queue id (HOLDFAST_QUEUE)")
 	token := secretFlag(fs, "token", workerRole.env(), "the queue's worker token")
 	conc := fs.Int("concurrency", 1, "jobs run at the same time")
-	fs.IntVar(&w.visibility, "visibility", 60, "visibility_timeout of each claim, in seconds")
-	fs.IntVar(&w.waitSecs, "wait", 20, "wait_seconds of each claim: how long it waits on the server for a job, 0 to 20")
+	secondsVar(fs, &w.visibility, "visibility", 60, "visibility_timeout of each claim")
+	secondsVar(fs, &w.waitSecs, "wait", 20, "wait_seconds of each claim: how long it waits on the server for a job, 0 to 20")
 	fs.Int64Var(&w.maxJobs, "max-jobs", 0, "exit after this many jobs (0: run until a signal)")
-	fs.DurationVar(&w.grace, "grace", 30*time.Second, "on SIGTERM, how long running jobs may finish")
-	fs.DurationVar(&w.idleMax, "idle-max", 5*time.Second, "longest pause between claims while the queue is empty")
+	durationVar(fs, &w.grace, "grace", 30*time.Second, "on SIGTERM, how long running jobs may finish")
+	durationVar(fs, &w.idleMax, "idle-max", 5*time.Second, "longest pause between claims while the queue is empty")
+	quietUsage(fs, args)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
