@@ -48,6 +48,10 @@ type Node struct {
 	marks    levelMarks
 }
 
+// ErrDataDirInUse is returned by Open when another process holds the data
+// directory's lock.
+var ErrDataDirInUse = errors.New("the data directory is in use")
+
 // Open starts a node: it opens (or creates) the stores under DataDir,
 // starts Raft, and, for a node without existing state, bootstraps or joins
 // as the configuration says. It returns once Raft is running; forming or
@@ -118,6 +122,12 @@ func Open(cfg Config) (*Node, error) {
 		n.stream.setExpected(n.membersAt)
 	}
 	n.log.Info("raft started", "node_id", cfg.NodeID, "raft_addr", n.RaftAddr(), "http_addr", cfg.HTTPAdvertise, "existing_state", hasState)
+	if f := r.GetConfiguration(); f.Error() == nil {
+		if was, moved := movedAddress(f.Configuration(), cfg.NodeID, n.RaftAddr()); moved {
+			n.log.Warn("the cluster knows this node at another Raft address, so its peers cannot reach it here and it cannot win an election: start it with --join <a member's HTTP address> so the leader records the new address, or start it at the old one",
+				"configured_raft_addr", was, "raft_addr", n.RaftAddr(), "has_join", len(cfg.Join) > 0)
+		}
+	}
 
 	n.goLoop(n.watchLeadership)
 	n.goLoop(n.flush)
@@ -148,12 +158,30 @@ func Open(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// movedAddress reports the Raft address a configuration of several voters
+// holds for id when it is not addr: the node now listens (or advertises)
+// somewhere its peers do not dial.
+func movedAddress(c raft.Configuration, id, addr string) (string, bool) {
+	if len(c.Servers) < 2 {
+		return "", false
+	}
+	for _, s := range c.Servers {
+		if string(s.ID) == id && string(s.Address) != addr {
+			return string(s.Address), true
+		}
+	}
+	return "", false
+}
+
 func (n *Node) openStores() error {
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path:                    n.cfg.boltPath(),
 		BoltOptions:             &bbolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 		MsgpackUseNewTimeFormat: true,
 	})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return fmt.Errorf("%w: %s is locked by another process (another holdfast serving this --data-dir?): stop it, or give this node a data directory of its own", ErrDataDirInUse, n.cfg.boltPath())
+	}
 	if err != nil {
 		return fmt.Errorf("open bolt store %s: %w", n.cfg.boltPath(), err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -514,4 +515,34 @@ func stoppedSoloNode(t *testing.T) Config {
 		t.Fatalf("shutdown: %v", err)
 	}
 	return cfg
+}
+
+// TestDataDirInUse: a second node on a data directory another holds is
+// refused, saying so.
+func TestDataDirInUse(t *testing.T) {
+	cfg := testConfig(t, "solo", t.TempDir(), true)
+	open(t, cfg)
+	second, err := Open(cfg)
+	if err == nil {
+		_ = second.Kill()
+		t.Fatal("a second node opened a data directory in use")
+	}
+	if !errors.Is(err, ErrDataDirInUse) || !strings.Contains(err.Error(), "another holdfast") {
+		t.Fatalf("second open: %v, want ErrDataDirInUse naming another holdfast", err)
+	}
+}
+
+// TestMovedAddress: a node whose Raft address is not the one its cluster
+// of several holds is noticed.
+func TestMovedAddress(t *testing.T) {
+	c := raft.Configuration{Servers: []raft.Server{{ID: "a", Address: "127.0.0.1:1"}, {ID: "b", Address: "127.0.0.1:2"}}}
+	if was, moved := movedAddress(c, "a", "127.0.0.1:9"); !moved || was != "127.0.0.1:1" {
+		t.Errorf("moved a: %q %v", was, moved)
+	}
+	if _, moved := movedAddress(c, "b", "127.0.0.1:2"); moved {
+		t.Error("b did not move")
+	}
+	if _, moved := movedAddress(raft.Configuration{Servers: c.Servers[:1]}, "a", "127.0.0.1:9"); moved {
+		t.Error("a node alone elects itself wherever it listens")
+	}
 }
