@@ -593,14 +593,20 @@ func TestCLITLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := newCLIEnv(t, c.Nodes()...)
-	cli.env = []string{"HOLDFAST_CA_FILE=" + c.PKI().CAFile(), "HOLDFAST_CERT_FILE=" + cert.Cert, "HOLDFAST_KEY_FILE=" + cert.Key}
+	cli.env = []string{"HOLDFAST_CA_FILE=" + c.PKI().CAFile(), "HOLDFAST_CLIENT_CERT_FILE=" + cert.Cert, "HOLDFAST_CLIENT_KEY_FILE=" + cert.Key}
 	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
 	if r := cli.want(0, []string{"HOLDFAST_NAMESPACE=" + ns}, "lease", "acquire", "--key", "tls", "--field", "status"); r.stdout != "held" {
 		t.Errorf("acquire over TLS: %s", r)
 	}
 	cli.want(0, nil, "example-worker")
-	cli.want(1, []string{"HOLDFAST_CERT_FILE=", "HOLDFAST_KEY_FILE="}, "cluster", "status", "--timeout", "2s")
-	cli.want(2, []string{"HOLDFAST_KEY_FILE="}, "cluster", "status")
+	cli.want(1, []string{"HOLDFAST_CLIENT_CERT_FILE=", "HOLDFAST_CLIENT_KEY_FILE="}, "cluster", "status", "--timeout", "2s")
+	cli.want(2, []string{"HOLDFAST_CLIENT_KEY_FILE="}, "cluster", "status")
+	// The former names still work, with a warning naming the new ones.
+	old := []string{"HOLDFAST_CLIENT_CERT_FILE=", "HOLDFAST_CLIENT_KEY_FILE=", "HOLDFAST_CERT_FILE=" + cert.Cert}
+	r := cli.want(0, old, "cluster", "status", "--key-file", cert.Key)
+	if !strings.Contains(r.stderr, "HOLDFAST_CERT_FILE is now HOLDFAST_CLIENT_CERT_FILE") || !strings.Contains(r.stderr, "--key-file is now --client-key-file") {
+		t.Errorf("the former names gave no warning: %q", r.stderr)
+	}
 }
 
 // TestCLITryLater: a 429 (the queue quota) and a 503 (no leader) both exit

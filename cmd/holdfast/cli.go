@@ -43,10 +43,42 @@ func addConnFlags(fs *flag.FlagSet) *clientOpts {
 	o := &clientOpts{}
 	fs.StringVar(&o.addr, "addr", envOr("HOLDFAST_ADDR", "127.0.0.1:7070"), "comma-separated node addresses, tried in turn (HOLDFAST_ADDR)")
 	fs.StringVar(&o.caFile, "ca-file", envOr("HOLDFAST_CA_FILE", ""), "PEM CA bundle that verifies the nodes' HTTPS certificates; addresses without a scheme then use https (HOLDFAST_CA_FILE)")
-	fs.StringVar(&o.certFile, "cert-file", envOr("HOLDFAST_CERT_FILE", ""), "PEM client certificate, for nodes that require one (HOLDFAST_CERT_FILE)")
-	fs.StringVar(&o.keyFile, "key-file", envOr("HOLDFAST_KEY_FILE", ""), "PEM key of --cert-file (HOLDFAST_KEY_FILE)")
+	w := fs.Output()
+	fs.StringVar(&o.certFile, "client-cert-file", envRenamed("HOLDFAST_CLIENT_CERT_FILE", "HOLDFAST_CERT_FILE", w), "PEM client certificate, for nodes that require one (HOLDFAST_CLIENT_CERT_FILE)")
+	fs.StringVar(&o.keyFile, "client-key-file", envRenamed("HOLDFAST_CLIENT_KEY_FILE", "HOLDFAST_KEY_FILE", w), "PEM private key of --client-cert-file (HOLDFAST_CLIENT_KEY_FILE); not the lease key, which is --key")
+	fs.Var(renamedFlag{&o.certFile, "cert-file", "client-cert-file", w}, "cert-file", "the former name of --client-cert-file")
+	fs.Var(renamedFlag{&o.keyFile, "key-file", "client-key-file", w}, "key-file", "the former name of --client-key-file")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on each call, failover and waits included")
 	return o
+}
+
+// renamedFlag is a flag's former name: it still sets the flag, with a
+// warning naming the new one.
+type renamedFlag struct {
+	p         *string
+	old, name string
+	warn      io.Writer
+}
+
+func (f renamedFlag) String() string { return "" }
+
+func (f renamedFlag) Set(v string) error {
+	fmt.Fprintf(f.warn, "holdfast: --%s is now --%s; the old name still works for now\n", f.old, f.name)
+	*f.p = v
+	return nil
+}
+
+// envRenamed reads the environment variable name, else its former name
+// old, warning that it was renamed.
+func envRenamed(name, old string, warn io.Writer) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	v := os.Getenv(old)
+	if v != "" {
+		fmt.Fprintf(warn, "holdfast: %s is now %s; the old name still works for now\n", old, name)
+	}
+	return v
 }
 
 // addClientFlags registers the flags of a command that makes one API call
