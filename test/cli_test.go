@@ -520,13 +520,17 @@ func cliWork(t *testing.T, cli *cliEnv) {
 		cli := cli.with(t)
 		good := cli.want(0, e, "queue", "enqueue", "--key", "good", "--payload", `{"ok":true}`, "--field", "job_id").stdout
 		bad := cli.want(0, e, "queue", "enqueue", "--key", "bad", "--payload", `{"ok":false}`, "--field", "job_id").stdout
-		r := cli.want(0, e, "work", "--max-jobs", "3", "--idle-max", "200ms", "--", "sh", "-c", script)
+		r := cli.want(0, e, "work", "--max-jobs", "3", "--idle-max", "200ms", "--retry-delay", "1", "--", "sh", "-c", script)
 		if st := cli.want(0, e, "queue", "job", "--job", good, "--field", "job.status").stdout; st != "completed" {
 			t.Errorf("the job whose command exited 0 is %s\n%s", st, r.stderr)
 		}
 		j := jsonOf(t, cli.want(0, e, "queue", "job", "--job", bad).stdout)["job"].(map[string]any)
 		if j["status"] != "pending" || j["attempts"] != float64(2) {
 			t.Errorf("the failing job after two attempts: %v\n%s", j, r.stderr)
+		}
+		// Failed attempts come back after a doubling delay: 1 s, then 2 s.
+		if _, ok := j["available_at_timestamp"]; !ok || !strings.Contains(r.stderr, "claimable again in 1s") || !strings.Contains(r.stderr, "claimable again in 2s") {
+			t.Errorf("the failing job was not released with a growing delay: %v\n%s", j, r.stderr)
 		}
 		got := waitFile(t, seen, time.Second)
 		for _, want := range []string{"good 1 " + good + ` {"ok":true}`, "bad 1 " + bad + ` {"ok":false}`, "bad 2 " + bad} {

@@ -50,3 +50,17 @@ func TestTimeFlagsTakeSecondsOrDurations(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkBackoffDoubles: a failed attempt's job waits --retry-delay,
+// doubled for each attempt after the first, at most 15 minutes.
+func TestWorkBackoffDoubles(t *testing.T) {
+	w := &workRun{retryDelay: 5 * time.Second}
+	for attempt, want := range map[int]time.Duration{1: 5 * time.Second, 2: 10 * time.Second, 3: 20 * time.Second, 9: 900 * time.Second, 60: 900 * time.Second} {
+		if got := w.backoff(attempt); got != want {
+			t.Errorf("attempt %d: %v, want %v", attempt, got, want)
+		}
+	}
+	if got := (&workRun{}).backoff(3); got != 0 {
+		t.Errorf("--retry-delay 0: %v", got)
+	}
+}

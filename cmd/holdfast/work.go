@@ -25,7 +25,9 @@ const workUsage = `Usage: holdfast work --queue QUEUE_ID [flags] -- CMD [ARGS...
 Claims jobs (the worker token comes from --token or HOLDFAST_WORKER_TOKEN) and runs CMD once
 per job: the payload on its stdin, HOLDFAST_JOB_ID, HOLDFAST_JOB_KEY, HOLDFAST_ATTEMPT and
 HOLDFAST_QUEUE_ID in its environment. The claim is renewed every third of its visibility
-window while CMD runs; exit 0 acks the job, any other status releases it for another attempt.
+window while CMD runs; exit 0 acks the job, any other status releases it for another attempt
+after a delay that doubles with each attempt (--retry-delay, 5s by default: 5s, 10s, 20s, ...,
+at most 15 minutes and never past the queue's deadline; 0 releases at once).
 If the claim is lost, CMD gets SIGTERM (SIGKILL after --grace) and the job is left to be
 delivered again. Each claim waits on the server up to --wait seconds for a job (a long poll);
 with --wait 0 an empty queue is polled with a growing pause up to --idle-max.
@@ -45,6 +47,7 @@ type workRun struct {
 	maxJobs    int64
 	grace      time.Duration
 	idleMax    time.Duration
+	retryDelay time.Duration
 	argv       []string
 	stdout     io.Writer
 	stderr     io.Writer
@@ -85,6 +88,7 @@ func workCommand(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&w.maxJobs, "max-jobs", 0, "exit after this many jobs (0: run until a signal)")
 	durationVar(fs, &w.grace, "grace", 30*time.Second, "on SIGTERM, how long running jobs may finish")
 	durationVar(fs, &w.idleMax, "idle-max", 5*time.Second, "longest pause between claims while the queue is empty")
+	durationVar(fs, &w.retryDelay, "retry-delay", 5*time.Second, "a failed attempt's job is claimable again after this long, doubled for each attempt after the first (0: at once)")
 	quietUsage(fs, args)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -105,6 +109,8 @@ func workCommand(args []string, stdout, stderr io.Writer) int {
 		err = errors.New("--max-jobs must be 0 or more and --idle-max at least 100ms")
 	case w.waitSecs < 0 || w.waitSecs > 20:
 		err = errors.New("--wait must be 0 to 20 seconds")
+	case w.retryDelay%time.Second != 0:
+		err = errors.New("--retry-delay must be whole seconds")
 	}
 	if err == nil {
 		w.token, err = token.need("token")
@@ -279,7 +285,7 @@ func (w *workRun) handle(job *claimed) {
 	}, bytes.NewReader(payload), w.stdout, w.stderr)
 	if err != nil {
 		w.logf("job %s: %v", job.JobID, err)
-		w.settle(job, "release", "could not start")
+		w.settle(job, "release", "could not start", w.backoff(job.Attempts))
 		return
 	}
 	lost := make(chan string, 1)
@@ -307,20 +313,39 @@ func (w *workRun) handle(job *claimed) {
 		return
 	case <-w.hard:
 		ch.stop(5 * time.Second)
-		w.settle(job, "release", "stopped by the shutdown")
+		w.settle(job, "release", "stopped by the shutdown", 0)
 		return
 	}
 	cancel()
 	if ch.code == 0 {
-		w.settle(job, "ack", "exit 0")
+		w.settle(job, "ack", "exit 0", 0)
 		return
 	}
-	w.settle(job, "release", "exit "+strconv.Itoa(ch.code))
+	w.settle(job, "release", "exit "+strconv.Itoa(ch.code), w.backoff(job.Attempts))
 }
 
-// settle acks or releases a job and logs the outcome.
-func (w *workRun) settle(job *claimed, action, why string) {
-	b, _ := marshalBody(map[string]string{"receipt": job.Receipt})
+// maxRetryDelay is the longest delay_seconds a release may ask for.
+const maxRetryDelay = 900 * time.Second
+
+// backoff is the delay before the next attempt of a job whose attempt
+// (counted from 1) failed: --retry-delay, doubled for each attempt after
+// the first, at most maxRetryDelay (the server also keeps it within the
+// queue's deadline).
+func (w *workRun) backoff(attempt int) time.Duration {
+	d := w.retryDelay
+	for i := 1; i < attempt && d < maxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxRetryDelay)
+}
+
+// settle acks or releases (after delay) a job and logs the outcome.
+func (w *workRun) settle(job *claimed, action, why string, delay time.Duration) {
+	body := map[string]any{"receipt": job.Receipt}
+	if delay > 0 {
+		body["delay_seconds"] = int64(delay / time.Second)
+	}
+	b, _ := marshalBody(body)
 	resp, err := w.cl.Do(context.Background(), client.Request{
 		Method: http.MethodPost, Path: w.path("/jobs/" + url.PathEscape(job.JobID) + "/" + action),
 		Token: w.token, Body: b, Repeatable: action == "ack",
@@ -332,6 +357,9 @@ func (w *workRun) settle(job *claimed, action, why string) {
 		w.logf("job %s (key %s, attempt %d): %s, %s refused: HTTP %d: %s", job.JobID, job.JobKey, job.Attempts, why, action, resp.Status, resp.ErrorMessage())
 	default:
 		past := map[string]string{"ack": "acked", "release": "released"}[action]
+		if delay > 0 {
+			past += fmt.Sprintf(" (claimable again in %v)", delay)
+		}
 		w.logf("job %s (key %s, attempt %d): %s, %s", job.JobID, job.JobKey, job.Attempts, why, past)
 	}
 }
