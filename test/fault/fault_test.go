@@ -4,6 +4,7 @@ package fault
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -64,10 +65,16 @@ func upgrades() []Scenario {
 	return out
 }
 
+// Snapshot settings of compactOften.
+const (
+	compactThreshold = 24
+	compactTrailing  = 8
+)
+
 // compactOften makes the leader snapshot and compact its log every few
 // dozen entries, so a joiner is sent a snapshot.
 func compactOften(sc Scenario) Scenario {
-	return withArgs(sc, "--snapshot-threshold", "24", "--trailing-logs", "8")
+	return withArgs(sc, "--snapshot-threshold", strconv.Itoa(compactThreshold), "--trailing-logs", strconv.Itoa(compactTrailing))
 }
 
 // withTLS runs sc with TLS on every link.

@@ -203,19 +203,20 @@ func (nm *nemesis) rejoinOnBaseline() {
 			return err
 		}
 		return nm.removeVoter(ctx, old)
-	}) && nm.step("join "+old.ID+" again on the baseline: a snapshot from an upgraded leader", func() error {
-		old.Binary = r.baseline
-		if err := nm.addVoter(ctx, old); err != nil {
-			return err
-		}
-		if err := nm.awaitCaughtUp(old); err != nil {
-			return err
-		}
-		if !strings.Contains(old.LogSinceStart(), "Installed remote snapshot") {
-			return fmt.Errorf("%s caught up without installing a snapshot; log tail:\n%s", old.ID, lastLines(old.LogSinceStart(), 10))
-		}
-		return nil
-	})
+	}) && nm.step("let the upgraded leader compact its log", nm.awaitCompaction) &&
+		nm.step("join "+old.ID+" again on the baseline: a snapshot from an upgraded leader", func() error {
+			old.Binary = r.baseline
+			if err := nm.addVoter(ctx, old); err != nil {
+				return err
+			}
+			if err := nm.awaitCaughtUp(old); err != nil {
+				return err
+			}
+			if !strings.Contains(old.LogSinceStart(), "Installed remote snapshot") {
+				return fmt.Errorf("%s caught up without installing a snapshot; log tail:\n%s", old.ID, lastLines(old.LogSinceStart(), 10))
+			}
+			return nil
+		})
 	if !ok {
 		return
 	}
@@ -224,6 +225,34 @@ func (nm *nemesis) rejoinOnBaseline() {
 	// baseline member.
 	sleepCtx(ctx, 12*time.Second)
 	nm.r.expectLevel(0, "with "+old.ID+" on the baseline")
+}
+
+// awaitCompaction waits until the leader has committed enough entries past
+// now, and long enough, to have taken a snapshot and compacted its log (a
+// node's log starts again from its first segment after a restart), so a
+// joiner must be sent a snapshot: compactOften's threshold, twice over,
+// and two snapshot intervals.
+func (nm *nemesis) awaitCompaction() error {
+	r := nm.r
+	l, err := nm.currentLeader()
+	if err != nil {
+		return err
+	}
+	s, err := r.status(l, false)
+	if err != nil {
+		return err
+	}
+	from, began := s.CommitIndex, time.Now()
+	return poll(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
+		s, err := r.status(l, false)
+		if err != nil {
+			return err
+		}
+		if s.CommitIndex < from+2*compactThreshold+compactTrailing || time.Since(began) < 3*time.Second {
+			return fmt.Errorf("leader %s at commit index %d, from %d", l.ID, s.CommitIndex, from)
+		}
+		return nil
+	})
 }
 
 // downgrade waits for the new level, then starts the baseline on a
