@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/holdfast/holdfast/fsm"
@@ -133,4 +135,18 @@ func FuzzDecodeLinkFrames(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestALinkCallNotRunIsRefusedNotApplied: the answer to a forwarded call the
+// link did not run (its queue full, or cancelled while waiting) tells the
+// follower that nothing changed and when to retry.
+func TestALinkCallNotRunIsRefusedNotApplied(t *testing.T) {
+	res, err := decodeResult(refuseLinkCall(context.Background(), []byte("op")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.refusal == nil || res.refusal.Status != http.StatusServiceUnavailable || res.refusal.RetryAfter < 1 ||
+		!strings.Contains(string(res.refusal.raw), `"outcome":"not_applied"`) {
+		t.Fatalf("refusal of a call not run: %+v", res.refusal)
+	}
 }

@@ -313,11 +313,18 @@ func (s *Server) serveLink(c *gin.Context) {
 	s.links.wg.Add(1)
 	go func() {
 		defer s.links.wg.Done()
-		err := peerlink.Serve(s.links.ctx, conn, brw.Reader, linkMaxInFlight, s.answerLinkCall)
+		err := peerlink.Serve(s.links.ctx, conn, brw.Reader, linkMaxInFlight, s.answerLinkCall, refuseLinkCall)
 		if err != nil {
 			s.log.Debug("peer link closed", "from", from, "error", err)
 		}
 	}()
+}
+
+// refuseLinkCall answers a forwarded operation the leader did not run: the
+// link's queue was full, or its caller cancelled it while it waited.
+func refuseLinkCall(context.Context, []byte) []byte {
+	b, _ := refused(retryLater("the leader is overloaded; nothing was changed, retry shortly", "not_applied")).encode(nil)
+	return b
 }
 
 // answerLinkCall runs one forwarded operation on this node, which must be

@@ -262,17 +262,25 @@ func readFrame(r *bufio.Reader) (uint64, []byte, error) {
 	return id, b[k:], nil
 }
 
-// Handler answers one call. ctx ends when the link closes.
+// Handler answers one call. ctx ends when the link closes, or when the
+// caller sends the call's cancel frame.
 type Handler func(ctx context.Context, req []byte) []byte
 
 // Serve answers calls on conn until it fails or ctx ends, each call's
-// handler on its own goroutine, at most maxInFlight at once (reading waits
-// beyond that). Goroutines are kept for later calls once their call is
+// handler on its own goroutine, at most maxInFlight at once. Reading never
+// stops while the handlers are busy, so cancel frames are always read: calls
+// beyond maxInFlight wait in a queue of at most maxInFlight calls, and a call
+// that finds the queue full, or is cancelled while it waits, is answered by
+// busy, which must answer at once with a definite refusal (the call was not
+// acted on). Goroutines are kept for later calls once their call is
 // answered, so their grown stacks serve again. br, when not nil, holds bytes
 // already read from conn.
-func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int, h Handler) error {
+func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int, h, busy Handler) error {
 	if br == nil {
 		br = bufio.NewReaderSize(conn, 64<<10)
+	}
+	if maxInFlight < 1 {
+		maxInFlight = 1
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -282,26 +290,8 @@ func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int
 		_ = conn.Close()
 	}()
 	go w.loop(ctx, cancel)
-	jobs := make(chan serverCall)
-	slots := make(chan struct{}, maxInFlight)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var inflight sync.Map // call id -> context.CancelFunc of its handler
-	worker := func(first serverCall) {
-		defer wg.Done()
-		for c := first; ; {
-			answer := h(c.ctx, c.payload)
-			inflight.Delete(c.id)
-			c.cancel()
-			w.send(c.id, answer)
-			<-slots
-			select {
-			case c = <-jobs:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
+	d := &dispatcher{ctx: ctx, h: h, w: w, max: maxInFlight, jobs: make(chan *serverCall), running: map[uint64]*serverCall{}}
+	defer d.wg.Wait()
 	for {
 		id, payload, err := readFrame(br)
 		if err != nil {
@@ -311,24 +301,100 @@ func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int
 			return fmt.Errorf("peerlink: read: %w", err)
 		}
 		if len(payload) == 0 { // a cancel frame
-			if cancel, ok := inflight.Load(id); ok {
-				cancel.(context.CancelFunc)()
+			if queued := d.cancel(id); queued != nil {
+				w.send(id, busy(queued.ctx, queued.payload))
 			}
 			continue
 		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		}
-		c := serverCall{id: id, payload: payload}
+		c := &serverCall{id: id, payload: payload}
 		c.ctx, c.cancel = context.WithCancel(ctx)
-		inflight.Store(id, c.cancel)
+		if !d.submit(c) {
+			c.cancel()
+			w.send(id, busy(ctx, payload))
+		}
+	}
+}
+
+// dispatcher hands calls to handler goroutines: at most max run at once and
+// at most max more wait their turn in order.
+type dispatcher struct {
+	ctx  context.Context
+	h    Handler
+	w    *serverWriter
+	max  int
+	jobs chan *serverCall // to an idle goroutine
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[uint64]*serverCall
+	waiting []*serverCall
+}
+
+// submit runs c, or queues it; false when the queue is full.
+func (d *dispatcher) submit(c *serverCall) bool {
+	d.mu.Lock()
+	if len(d.running) >= d.max {
+		ok := len(d.waiting) < d.max
+		if ok {
+			d.waiting = append(d.waiting, c)
+		}
+		d.mu.Unlock()
+		return ok
+	}
+	d.running[c.id] = c
+	d.mu.Unlock()
+	select {
+	case d.jobs <- c: // an idle goroutine takes it
+	default:
+		d.wg.Add(1)
+		go d.work(c)
+	}
+	return true
+}
+
+// cancel ends the call id: a running call's context is cancelled (its
+// handler answers), a waiting call is taken out of the queue and returned,
+// for the caller to answer.
+func (d *dispatcher) cancel(id uint64) *serverCall {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c, ok := d.running[id]; ok {
+		c.cancel()
+		return nil
+	}
+	for i, c := range d.waiting {
+		if c.id == id {
+			d.waiting = append(d.waiting[:i], d.waiting[i+1:]...)
+			c.cancel()
+			return c
+		}
+	}
+	return nil
+}
+
+// work answers calls: first, then any that waited, then those handed to it
+// while idle, until the link ends.
+func (d *dispatcher) work(first *serverCall) {
+	defer d.wg.Done()
+	for c := first; ; {
+		answer := d.h(c.ctx, c.payload)
+		c.cancel()
+		d.w.send(c.id, answer)
+		d.mu.Lock()
+		delete(d.running, c.id)
+		if len(d.waiting) > 0 {
+			c = d.waiting[0]
+			d.waiting[0] = nil
+			d.waiting = d.waiting[1:]
+			d.running[c.id] = c
+			d.mu.Unlock()
+			continue
+		}
+		d.mu.Unlock()
 		select {
-		case jobs <- c: // an idle goroutine takes it
-		default:
-			wg.Add(1)
-			go worker(c)
+		case c = <-d.jobs:
+		case <-d.ctx.Done():
+			return
 		}
 	}
 }

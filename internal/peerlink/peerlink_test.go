@@ -8,10 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"sync"
 	"testing"
 	"time"
 )
+
+// busyAnswer is the refusal of a call the server did not run.
+func busyAnswer(_ context.Context, req []byte) []byte { return append([]byte("busy:"), req...) }
 
 // pair returns a client connected to a server running h over loopback TCP.
 func pair(t *testing.T, h Handler) (*Client, func()) {
@@ -28,7 +32,7 @@ func pair(t *testing.T, h Handler) (*Client, func()) {
 			served <- err
 			return
 		}
-		served <- Serve(ctx, conn, nil, 16, h)
+		served <- Serve(ctx, conn, nil, 128, h, busyAnswer)
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -189,7 +193,7 @@ func BenchmarkCall(b *testing.B) {
 	go func() {
 		conn, err := ln.Accept()
 		if err == nil {
-			_ = Serve(context.Background(), conn, nil, 1024, func(_ context.Context, req []byte) []byte { return req })
+			_ = Serve(context.Background(), conn, nil, 1024, func(_ context.Context, req []byte) []byte { return req }, busyAnswer)
 		}
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())
@@ -252,5 +256,108 @@ func TestACallerGivingUpCancelsTheHandler(t *testing.T) {
 	}
 	if _, err := c.Call(context.Background(), nil); !errors.Is(err, ErrNotSent) {
 		t.Fatalf("an empty call: %v, want ErrNotSent", err)
+	}
+}
+
+// TestCancelsAreReadWhileEverySlotIsTaken: with both handler slots taken,
+// two more calls wait, a fifth is refused at once, a cancel frame for a
+// waiting call takes it out of the queue (its handler never runs), and a
+// cancel frame for a running call reaches its handler.
+func TestCancelsAreReadWhileEverySlotIsTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	started := make(chan string, 8)
+	var mu sync.Mutex
+	var ran []string
+	h := func(ctx context.Context, req []byte) []byte {
+		mu.Lock()
+		ran = append(ran, string(req))
+		mu.Unlock()
+		started <- string(req)
+		select {
+		case <-ctx.Done():
+			return append([]byte("cancelled:"), req...)
+		case <-time.After(10 * time.Second):
+			return append([]byte("timed out:"), req...)
+		}
+	}
+	served := make(chan error, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		served <- Serve(context.Background(), conn, nil, 2, h, busyAnswer)
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(conn)
+	write := func(frames ...[]byte) {
+		t.Helper()
+		var buf []byte
+		for _, f := range frames {
+			buf = append(buf, f...)
+		}
+		if _, err := conn.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(id uint64, payload string) {
+		t.Helper()
+		gotID, got, err := readFrame(br)
+		if err != nil {
+			t.Fatalf("reading the answer to call %d: %v", id, err)
+		}
+		if gotID != id || string(got) != payload {
+			t.Fatalf("answer: call %d %q, want call %d %q", gotID, got, id, payload)
+		}
+	}
+	waitStarted := func(want string) {
+		t.Helper()
+		select {
+		case got := <-started:
+			if got != want {
+				t.Fatalf("handler started %q, want %q", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("handler of %q did not start within 5 s", want)
+		}
+	}
+	var calls [][]byte
+	for i, p := range []string{"a", "b", "c", "d", "e"} {
+		calls = append(calls, appendFrame(nil, uint64(i+1), []byte(p)))
+	}
+	write(calls...)
+	expect(5, "busy:e") // two run, two wait, the fifth finds the queue full
+	first := map[string]bool{<-started: true, <-started: true}
+	if !first["a"] || !first["b"] {
+		t.Fatalf("handlers started first: %v, want a and b", first)
+	}
+
+	write(appendFrame(nil, 4, nil)) // cancel a waiting call
+	expect(4, "busy:d")
+	write(appendFrame(nil, 1, nil)) // cancel a running call while every slot is taken
+	expect(1, "cancelled:a")
+	waitStarted("c") // the freed slot goes to the call that waited
+	write(appendFrame(nil, 2, nil), appendFrame(nil, 3, nil))
+	for range 2 {
+		id, got, err := readFrame(br)
+		if err != nil || (id == 2) != (string(got) == "cancelled:b") || (id == 3) != (string(got) == "cancelled:c") {
+			t.Fatalf("answer after cancel: call %d %q, %v", id, got, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	sort.Strings(ran)
+	if fmt.Sprint(ran) != "[a b c]" {
+		t.Fatalf("handlers ran for %v, want [a b c] (never a cancelled waiting call or a refused one)", ran)
 	}
 }

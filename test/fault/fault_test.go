@@ -65,12 +65,6 @@ func upgrades() []Scenario {
 	return out
 }
 
-// Snapshot settings of compactOften.
-const (
-	compactThreshold = 24
-	compactTrailing  = 8
-)
-
 // compactOften makes the leader snapshot and compact its log every few
 // dozen entries, so a joiner is sent a snapshot.
 func compactOften(sc Scenario) Scenario {

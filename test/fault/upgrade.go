@@ -19,6 +19,14 @@ import (
 	"github.com/holdfast/holdfast/test/harness"
 )
 
+// Snapshot settings of the scenarios that need a joiner to be sent a
+// snapshot: the leader snapshots and compacts its log every few dozen
+// entries.
+const (
+	compactThreshold = 24
+	compactTrailing  = 8
+)
+
 // The upgrade nemeses are scripted walks rather than random faults; each
 // step is a fault window in the history, so the report shows the
 // availability during the walk.
