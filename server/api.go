@@ -1,10 +1,16 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // apiBodyLimit bounds API request bodies: room for a 32 KB result or a
@@ -14,6 +20,8 @@ const apiBodyLimit = 256 << 10
 // APIPrefix is the path prefix of the lease and queue API.
 const APIPrefix = "/services/v1"
 
+// The REST API is an adapter: each handler decodes its request, calls the
+// service and writes the answer.
 func (s *Server) routeAPI() {
 	g := s.engine.Group(APIPrefix, s.limit(), s.bufferBody(apiBodyLimit))
 	lead := s.apiRoute(false)
@@ -21,16 +29,16 @@ func (s *Server) routeAPI() {
 	g.POST("/lease/namespace", s.restNamespace)
 	g.POST("/lease", lead, s.restAcquire)
 	g.POST("/lease/acquire", lead, s.restAcquire)
-	g.POST("/lease/renew", lead, s.restLeaseOwner(opRenew))
-	g.POST("/lease/release", lead, s.restLeaseOwner(opRelease))
-	g.POST("/lease/complete", lead, s.restLeaseOwner(opComplete))
+	g.POST("/lease/renew", lead, restLeaseOwner(s, s.svc.RenewLease))
+	g.POST("/lease/release", lead, restLeaseOwner(s, s.svc.ReleaseLease))
+	g.POST("/lease/complete", lead, restLeaseOwner(s, s.svc.CompleteLease))
 	g.POST("/queue", lead, s.restCreateQueue)
 	g.POST("/queue/:queue_id/jobs", lead, s.restEnqueue)
 	g.POST("/queue/:queue_id/claim", lead, s.restClaim)
 	g.POST("/queue/:queue_id/jobs/:job_id/retry", lead, s.restRetry)
 	g.POST("/queue/:queue_id/jobs/:job_id/:action", lead, s.restJobAction)
-	g.GET("/queue/:queue_id", read, s.restRead)
-	g.GET("/queue/:queue_id/jobs/:job_id", read, s.restRead)
+	g.GET("/queue/:queue_id", read, s.restReadQueue)
+	g.GET("/queue/:queue_id/jobs/:job_id", read, s.restReadJob)
 }
 
 func (s *Server) restNamespace(c *gin.Context) {
@@ -38,29 +46,35 @@ func (s *Server) restNamespace(c *gin.Context) {
 	if !bindJSON(c, apiBodyLimit, true, &in) {
 		return
 	}
-	s.createNamespace().write(c)
+	ns, err := s.svc.CreateNamespace()
+	answer(ns, err, namespaceReply).write(c)
 }
 
 func (s *Server) restAcquire(c *gin.Context) {
-	var in LeaseAcquireInput
+	var in service.AcquireLeaseRequest
 	if !bindJSON(c, apiBodyLimit, false, &in) {
 		return
 	}
-	wait, _ := waitSeconds(in.WaitSeconds, maxAcquireWaitSeconds)
+	wait, _ := service.WaitSeconds(in.WaitSeconds, service.MaxAcquireWaitSeconds)
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	s.acquireLease(ctx, in).write(c)
+	a, err := s.svc.AcquireLease(ctx, in)
+	answer(a, err, leaseReply).write(c)
 }
 
-func (s *Server) restLeaseOwner(op leaseOp) gin.HandlerFunc {
+// leaseOwnerOp is the service's renew, release or complete.
+type leaseOwnerOp func(context.Context, service.LeaseOwnerRequest) (service.LeaseAnswer, error)
+
+func restLeaseOwner(s *Server, op leaseOwnerOp) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var in LeaseOwnerInput
+		var in service.LeaseOwnerRequest
 		if !bindJSON(c, apiBodyLimit, false, &in) {
 			return
 		}
 		ctx, cancel := s.requestContext(c)
 		defer cancel()
-		s.ownerLease(ctx, op, in).write(c)
+		a, err := op(ctx, in)
+		answer(a, err, leaseReply).write(c)
 	}
 }
 
@@ -71,7 +85,8 @@ func (s *Server) restCreateQueue(c *gin.Context) {
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
-	s.createQueue(ctx, s.clientIP(c)).write(c)
+	q, err := s.svc.CreateQueue(ctx, service.CreateQueueRequest{ClientIP: s.clientIP(c)})
+	answer(q, err, queueCreatedReply).write(c)
 }
 
 // bearer extracts the token of an Authorization: Bearer header.
@@ -88,11 +103,11 @@ func bearer(c *gin.Context) (string, bool) {
 }
 
 // restQueueAuth validates the path's queue id and the bearer token.
-func (s *Server) restQueueAuth(c *gin.Context) (queueAuth, bool) {
+func (s *Server) restQueueAuth(c *gin.Context) (service.QueueAuth, bool) {
 	tok, present := bearer(c)
-	a, bad := parseQueueAuth(c.Param("queue_id"), tok, present)
-	if bad != nil {
-		bad.write(c)
+	a, err := service.ParseQueueAuth(c.Param("queue_id"), tok, present)
+	if err != nil {
+		errorReply(err).write(c)
 		return a, false
 	}
 	return a, true
@@ -103,13 +118,14 @@ func (s *Server) restEnqueue(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var in EnqueueInput
+	in := service.EnqueueRequest{Auth: a}
 	if !bindJSON(c, apiBodyLimit, false, &in) {
 		return
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
-	s.enqueue(ctx, a, in).write(c)
+	j, err := s.svc.Enqueue(ctx, in)
+	answer(j, err, jobAnswerReply).write(c)
 }
 
 func (s *Server) restClaim(c *gin.Context) {
@@ -117,25 +133,28 @@ func (s *Server) restClaim(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var in ClaimInput
+	in := service.ClaimRequest{Auth: a}
 	if !bindJSON(c, apiBodyLimit, true, &in) {
 		return
 	}
-	wait, _ := waitSeconds(in.WaitSeconds, maxClaimWaitSeconds)
+	wait, _ := service.WaitSeconds(in.WaitSeconds, service.MaxClaimWaitSeconds)
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	s.claim(ctx, a, in).write(c)
+	j, err := s.svc.Claim(ctx, in)
+	answer(j, err, jobAnswerReply).write(c)
 }
 
+// restJobAction answers ack, release and renew, whose bodies carry the
+// claim's receipt.
 func (s *Server) restJobAction(c *gin.Context) {
-	var op jobOp
+	var run func(context.Context, service.QueueAuth, string) (service.JobAnswer, bool)
 	switch c.Param("action") {
 	case "ack":
-		op = opAck
+		run = receiptAction(c, s.svc.AckJob, ackRequest)
 	case "release":
-		op = opJobRelease
+		run = receiptAction(c, s.svc.ReleaseJob, releaseRequest)
 	case "renew":
-		op = opJobRenew
+		run = receiptAction(c, s.svc.RenewJob, renewRequest)
 	default:
 		fail(c, http.StatusNotFound, "no such endpoint: the job action must be ack, release, renew or retry")
 		return
@@ -146,11 +165,41 @@ func (s *Server) restJobAction(c *gin.Context) {
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
-	in, ok := receiptBody(op, func(v any) bool { return bindJSON(c, apiBodyLimit, false, v) })
-	if !ok {
-		return
+	if j, ok := run(ctx, a, c.Param("job_id")); ok {
+		jobAnswerReply(j).write(c)
 	}
-	s.receiptOp(ctx, op, a, c.Param("job_id"), in).write(c)
+}
+
+// ackRequest, releaseRequest and renewRequest start the request of a
+// receipt operation on a job; its body fills in the rest.
+func ackRequest(a service.QueueAuth, job string) *service.AckJobRequest {
+	return &service.AckJobRequest{Auth: a, JobID: job}
+}
+
+func releaseRequest(a service.QueueAuth, job string) *service.ReleaseJobRequest {
+	return &service.ReleaseJobRequest{Auth: a, JobID: job}
+}
+
+func renewRequest(a service.QueueAuth, job string) *service.RenewJobRequest {
+	return &service.RenewJobRequest{Auth: a, JobID: job}
+}
+
+// receiptAction decodes the body of a receipt operation into the request
+// newReq makes and runs op on it; false when it answered the client itself.
+func receiptAction[R any](c *gin.Context, op func(context.Context, R) (service.JobAnswer, error),
+	newReq func(service.QueueAuth, string) *R) func(context.Context, service.QueueAuth, string) (service.JobAnswer, bool) {
+	return func(ctx context.Context, a service.QueueAuth, job string) (service.JobAnswer, bool) {
+		in := newReq(a, job)
+		if !bindJSON(c, apiBodyLimit, false, in) {
+			return service.JobAnswer{}, false
+		}
+		j, err := op(ctx, *in)
+		if err != nil {
+			errorReply(err).write(c)
+			return j, false
+		}
+		return j, true
+	}
 }
 
 // restRetry answers POST /queue/{id}/jobs/{job_id}/retry, whose body is
@@ -166,20 +215,65 @@ func (s *Server) restRetry(c *gin.Context) {
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
-	s.retryJob(ctx, a, c.Param("job_id")).write(c)
+	j, err := s.svc.RetryJob(ctx, service.RetryJobRequest{Auth: a, JobID: c.Param("job_id")})
+	answer(j, err, jobAnswerReply).write(c)
 }
 
-func (s *Server) restRead(c *gin.Context) {
+// readParams are the query parameters of a read: stale and wait_seconds.
+func (s *Server) readParams(c *gin.Context) (service.QueueAuth, bool, time.Duration, bool) {
 	a, ok := s.restQueueAuth(c)
 	if !ok {
-		return
+		return a, false, 0, false
 	}
-	wait, bad := queryWaitSeconds(c)
-	if bad != nil {
-		bad.write(c)
+	wait, err := queryWaitSeconds(c)
+	if err != nil {
+		errorReply(err).write(c)
+		return a, false, 0, false
+	}
+	return a, c.Query("stale") == "true", wait, true
+}
+
+func (s *Server) restReadQueue(c *gin.Context) {
+	a, stale, wait, ok := s.readParams(c)
+	if !ok {
 		return
 	}
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	s.readQueue(ctx, a, c.Param("job_id"), c.Query("stale") == "true", wait).write(c)
+	q, err := s.svc.ReadQueue(ctx, service.ReadQueueRequest{Auth: a, Stale: stale, Wait: wait})
+	answer(q, err, queueReply).write(c)
+}
+
+func (s *Server) restReadJob(c *gin.Context) {
+	a, stale, wait, ok := s.readParams(c)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.waitingContext(c, wait)
+	defer cancel()
+	j, err := s.svc.ReadJob(ctx, service.ReadJobRequest{Auth: a, JobID: c.Param("job_id"), Stale: stale, Wait: wait})
+	answer(j, err, jobReadReply).write(c)
+}
+
+// queryWaitSeconds parses the wait_seconds query parameter of a read.
+func queryWaitSeconds(c *gin.Context) (time.Duration, error) {
+	raw, ok := c.GetQuery("wait_seconds")
+	if !ok {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return 0, service.Invalid("wait_seconds", fmt.Sprintf("must be an integer from 0 to %d", service.MaxReadWaitSeconds))
+	}
+	return service.WaitSeconds(&v, service.MaxReadWaitSeconds)
+}
+
+// waitingContext is the context of a request that may wait: the request
+// timeout plus the wait. It also moves the connection's write deadline past
+// the wait, so the HTTP server's write timeout does not cut the answer.
+func (s *Server) waitingContext(c *gin.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if wait > 0 {
+		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout + wait + 5*time.Second))
+	}
+	return context.WithTimeout(c.Request.Context(), s.cfg.RequestTimeout+wait)
 }

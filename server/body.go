@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/holdfast/holdfast/internal/jsonenc"
 )
 
 // bufferBody reads the whole request body, at most limit bytes and within
@@ -76,7 +78,7 @@ func bufferedBody(c *gin.Context) []byte {
 }
 
 func tooLargeBody(limit int64) reply {
-	return errReply(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", limit), gin.H{"field": "body"})
+	return errReply(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", limit), jsonenc.H{"field": "body"})
 }
 
 // bodyReadFailure is the answer to a body that could not be read whole.
@@ -87,11 +89,11 @@ func (s *Server) bodyReadFailure(err error, limit int64) reply {
 	case errors.As(err, &mbe):
 		return tooLargeBody(limit)
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return errReply(http.StatusRequestTimeout, fmt.Sprintf("request body not received within %s; nothing was changed", s.cfg.BodyTimeout), gin.H{"field": "body"})
+		return errReply(http.StatusRequestTimeout, fmt.Sprintf("request body not received within %s; nothing was changed", s.cfg.BodyTimeout), jsonenc.H{"field": "body"})
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return errReply(http.StatusBadRequest, "request body is shorter than its Content-Length; nothing was changed", gin.H{"field": "body"})
+		return errReply(http.StatusBadRequest, "request body is shorter than its Content-Length; nothing was changed", jsonenc.H{"field": "body"})
 	}
-	return errReply(http.StatusBadRequest, "request body could not be read; nothing was changed", gin.H{"field": "body"})
+	return errReply(http.StatusBadRequest, "request body could not be read; nothing was changed", jsonenc.H{"field": "body"})
 }
 
 // readAllSized reads r to its end, in one allocation when size (a

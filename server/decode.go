@@ -9,6 +9,8 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/holdfast/holdfast/internal/jsonenc"
 )
 
 // bodyError is a client mistake in a request body, with its HTTP status
@@ -62,9 +64,9 @@ func bindJSON(c *gin.Context, limit int64, allowEmpty bool, dst any) bool {
 	if err != nil {
 		var be *bodyError
 		if errors.As(err, &be) {
-			var extra gin.H
+			var extra jsonenc.H
 			if be.field != "" {
-				extra = gin.H{"field": be.field}
+				extra = jsonenc.H{"field": be.field}
 			}
 			errReply(be.status, be.msg, extra).write(c)
 		} else {

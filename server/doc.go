@@ -1,10 +1,15 @@
 // Package server is holdfast's HTTP face: the gin router with the ops
-// endpoints, the REST API and the MCP endpoint, request validation, error
-// mapping, forwarding to the leader, authentication of node-to-node calls and
-// metrics.
+// endpoints, the status page and metrics; the REST API and the MCP
+// endpoint, which decode a request, call the service (server/service) and
+// encode its answer; the one mapping from a service error's kind to an HTTP
+// status and JSON body; request body buffering and strict decoding;
+// forwarding to the leader as a REST request when the leader refused this
+// node a peer link; opening and accepting peer links (an HTTP upgrade) for
+// the service; and authentication of node-to-node calls.
 //
-// It must never answer a client's mistake with a 500, never report failure
-// for a write whose outcome is unknown (that is a 503 saying so), never put
-// a secret in a log line or a metric label, and never forward a request more
-// than one hop.
+// It must never hold a rule of the API (those live in server/service, once
+// for every transport), never answer a client's mistake with a 500, never
+// report failure for a write whose outcome is unknown (that is a 503 saying
+// so), never put a secret in a log line or a metric label, and never
+// forward a request more than one hop.
 package server

@@ -14,6 +14,8 @@ import (
 
 	"github.com/holdfast/holdfast/cluster"
 	"github.com/holdfast/holdfast/internal/client"
+	"github.com/holdfast/holdfast/internal/jsonenc"
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // Headers a follower adds when it forwards a request to the leader.
@@ -24,11 +26,6 @@ const (
 	// from an authenticated peer.
 	clientIPHeader = "X-Holdfast-Client-Ip"
 )
-
-// callerDeadlineKey holds, in a request's context, the time by which a node
-// waiting for a leader stops waiting: the caller's client.TimeoutHeader less the
-// time its answer needs to travel back.
-type callerDeadlineKey struct{}
 
 // callerTimeout checks client.TimeoutHeader, the milliseconds a client will
 // wait for its answer (a value that is not a whole number from 1 to
@@ -45,7 +42,7 @@ func (s *Server) callerTimeout() gin.HandlerFunc {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms < 1 || ms > client.MaxTimeoutMillis {
 			errReply(http.StatusBadRequest, client.TimeoutHeader+": must be a whole number of milliseconds from 1 to "+strconv.Itoa(client.MaxTimeoutMillis),
-				gin.H{"field": client.TimeoutHeader}).write(c)
+				jsonenc.H{"field": client.TimeoutHeader}).write(c)
 			return
 		}
 		if s.node.IsReadyLeader() {
@@ -54,7 +51,7 @@ func (s *Server) callerTimeout() gin.HandlerFunc {
 		}
 		budget := time.Duration(ms) * time.Millisecond
 		until := time.Now().Add(budget - min(budget/5, answerMargin))
-		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), callerDeadlineKey{}, until))
+		c.Request = c.Request.WithContext(service.WithCallerDeadline(c.Request.Context(), until))
 		c.Next()
 	}
 }
@@ -62,16 +59,6 @@ func (s *Server) callerTimeout() gin.HandlerFunc {
 // answerMargin is the most of a caller's timeout kept for its answer's way
 // back.
 const answerMargin = 250 * time.Millisecond
-
-// leaderWaitUntil is when waiting for a leader (or for this leader to be
-// ready) ends: after LeaderWait, or earlier at the caller's deadline.
-func (s *Server) leaderWaitUntil(ctx context.Context) time.Time {
-	until := time.Now().Add(s.cfg.LeaderWait)
-	if d, ok := ctx.Value(callerDeadlineKey{}).(time.Time); ok && d.Before(until) {
-		return d
-	}
-	return until
-}
 
 // mayWait reports whether requests of the route may wait (wait_seconds).
 func mayWait(route string) bool {
@@ -92,7 +79,7 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 // it; their handlers must run on the leader.
 func (s *Server) onLeader(allowStale bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if allowStale && (c.Query("stale") == "true" || plantedStaleRead) {
+		if allowStale && (c.Query("stale") == "true" || service.PlantedStaleRead) {
 			c.Next()
 			return
 		}
@@ -106,15 +93,15 @@ func (s *Server) onLeader(allowStale bool) gin.HandlerFunc {
 // request. A request a proven peer forwarded runs here or nowhere.
 func (s *Server) apiRoute(allowStale bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if allowStale && (c.Query("stale") == "true" || plantedStaleRead) {
+		if allowStale && (c.Query("stale") == "true" || service.PlantedStaleRead) {
 			c.Next()
 			return
 		}
 		fwd := s.forwardedByPeer(c)
 		if fwd {
-			c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), forwardedCtxKey{}, true))
+			c.Request = c.Request.WithContext(service.WithForwarded(c.Request.Context()))
 		}
-		if fwd || s.node.IsLeader() || s.links.usable() {
+		if fwd || s.node.IsLeader() || s.svc.LinkUsable() {
 			c.Next()
 			return
 		}
@@ -125,92 +112,14 @@ func (s *Server) apiRoute(allowStale bool) gin.HandlerFunc {
 // forwardOrServe serves the request here on the ready leader, or forwards
 // it to the leader, or answers why it can run nowhere.
 func (s *Server) forwardOrServe(c *gin.Context, forwarded bool) {
-	local, addr, bad := s.leaderTarget(c.Request.Context(), forwarded)
+	local, addr, bad := s.svc.LeaderTarget(c.Request.Context(), forwarded)
 	switch {
 	case bad != nil:
-		bad.write(c)
+		errorReply(bad).write(c)
 	case local:
 		c.Next()
 	default:
 		s.forward(c, addr)
-	}
-}
-
-// leaderTarget decides where a leader-only request runs: here (local), or
-// at the leader's HTTP address. bad is the answer when it can run nowhere.
-// A request that was already forwarded once is never sent on again.
-func (s *Server) leaderTarget(ctx context.Context, forwarded bool) (local bool, leaderHTTP string, bad *reply) {
-	if !s.node.IsLeader() {
-		if forwarded {
-			// One hop only: leadership moved while the request travelled.
-			r := retryLater("leadership changed while the request was forwarded; nothing was changed, retry", "not_applied")
-			return false, "", &r
-		}
-		if addr := s.waitForLeader(ctx); addr != "" {
-			return false, addr, nil
-		}
-		if !s.node.IsLeader() {
-			// A node whose own log cannot be written stays out of
-			// elections: that, not an election, is what to report.
-			if se := s.node.WriteFault(); se != nil {
-				r := storageReply(se)
-				return false, "", &r
-			}
-			r := retryLater("no leader is available (election in progress or no quorum); nothing was changed, retry shortly", "not_applied")
-			return false, "", &r
-		}
-	}
-	// A new leader serves only once it has applied its predecessors'
-	// entries: until then its settings and records may be stale, and a
-	// request would be judged against them.
-	if s.waitReady(ctx) {
-		return true, "", nil
-	}
-	r := retryLater("the leader is still catching up with its term, or leadership moved; nothing was changed, retry shortly", "not_applied")
-	return false, "", &r
-}
-
-// waitReady waits, until leaderWaitUntil, for this node to be a ready
-// leader. It returns false at once if the node stops leading.
-func (s *Server) waitReady(ctx context.Context) bool {
-	if s.node.IsReadyLeader() {
-		return true
-	}
-	deadline := s.leaderWaitUntil(ctx)
-	for !s.node.IsReadyLeader() {
-		if !s.node.IsLeader() || time.Now().After(deadline) {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return true
-}
-
-// waitForLeader polls for a leader's HTTP address until leaderWaitUntil.
-// It returns "" if none is found or this node became the leader.
-func (s *Server) waitForLeader(ctx context.Context) string {
-	deadline := s.leaderWaitUntil(ctx)
-	for {
-		if s.node.IsLeader() {
-			return ""
-		}
-		if id, _ := s.node.Leader(); id != "" && id != s.node.ID() {
-			if addr := s.node.LeaderDialAddr(); addr != "" {
-				return addr
-			}
-		}
-		if time.Now().After(deadline) {
-			return ""
-		}
-		select {
-		case <-ctx.Done():
-			return ""
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 }
 
@@ -275,7 +184,7 @@ func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leader
 	}
 	out.Header.Set(forwardedHeader, s.node.ID())
 	out.Header.Set(clientIPHeader, req.clientIP)
-	if d, ok := ctx.Value(callerDeadlineKey{}).(time.Time); ok {
+	if d, ok := service.CallerDeadline(ctx); ok {
 		// The leader learns what is left of the caller's time.
 		out.Header.Set(client.TimeoutHeader, strconv.FormatInt(max(time.Until(d).Milliseconds(), 1), 10))
 	}
@@ -285,10 +194,10 @@ func (s *Server) sendToLeader(ctx context.Context, leaderHTTP string, req leader
 	lost := func(err error) (leaderAnswer, *reply) {
 		if wrote.Load() && req.method != http.MethodGet {
 			s.log.Warn("forwarded request failed after it was sent", "route", req.route, "error", err)
-			r := retryLater("outcome unknown: the leader received the request but its answer was lost; it may or may not have taken effect", "unknown")
+			r := errorReply(service.OutcomeUnknown("outcome unknown: the leader received the request but its answer was lost; it may or may not have taken effect"))
 			return leaderAnswer{}, &r
 		}
-		r := retryLater("the leader could not be reached; nothing was changed, retry shortly", "not_applied")
+		r := errorReply(service.NotApplied("the leader could not be reached; nothing was changed, retry shortly"))
 		return leaderAnswer{}, &r
 	}
 	resp, err := s.proxy.RoundTrip(out)
@@ -353,7 +262,7 @@ func (s *Server) forward(c *gin.Context, leaderHTTP string) {
 		// The request may wait on the leader for up to its wait_seconds,
 		// which only the leader reads.
 		cancel()
-		ctx, cancel = s.waitingContext(c, maxAcquireWaitSeconds*time.Second)
+		ctx, cancel = s.waitingContext(c, service.MaxAcquireWaitSeconds*time.Second)
 	}
 	if req.route == BackupPath {
 		// A backup streams through as it comes, for as long as the leader takes.

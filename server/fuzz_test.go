@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // FuzzDecodeBody decodes arbitrary bytes into every body type, directly and
@@ -65,16 +67,16 @@ func FuzzDecodeBody(f *testing.F) {
 // type.
 func toolBodies() map[string]func() any {
 	return map[string]func() any{
-		"acquire_lease":           newOf[LeaseAcquireInput](),
-		"renew_lease":             newOf[LeaseOwnerInput](),
-		"release_lease":           newOf[LeaseOwnerInput](),
-		"complete_lease":          newOf[LeaseOwnerInput](),
-		"enqueue_agent_queue_job": newOf[EnqueueInput](),
-		"claim_agent_queue_job":   newOf[ClaimInput](),
-		"ack_agent_queue_job":     newOf[ReceiptInput](),
-		"release_agent_queue_job": newOf[ReleaseInput](),
+		"acquire_lease":           newOf[service.AcquireLeaseRequest](),
+		"renew_lease":             newOf[service.LeaseOwnerRequest](),
+		"release_lease":           newOf[service.LeaseOwnerRequest](),
+		"complete_lease":          newOf[service.LeaseOwnerRequest](),
+		"enqueue_agent_queue_job": newOf[service.EnqueueRequest](),
+		"claim_agent_queue_job":   newOf[service.ClaimRequest](),
+		"ack_agent_queue_job":     newOf[service.AckJobRequest](),
+		"release_agent_queue_job": newOf[service.ReleaseJobRequest](),
 		"retry_agent_queue_job":   newOf[struct{}](),
-		"renew_agent_queue_job":   newOf[RenewInput](),
+		"renew_agent_queue_job":   newOf[service.RenewJobRequest](),
 	}
 }
 

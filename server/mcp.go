@@ -14,6 +14,9 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/holdfast/holdfast/internal/jsonenc"
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // MCPPath is the path of the MCP endpoint (Streamable HTTP, stateless, JSON
@@ -73,7 +76,7 @@ func (s *Server) routeMCP() {
 	serve := func(c *gin.Context) {
 		// A tool call may wait (wait_seconds): the answer may come after the
 		// listener's write timeout.
-		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout + maxAcquireWaitSeconds*time.Second + 5*time.Second))
+		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout + service.MaxAcquireWaitSeconds*time.Second + 5*time.Second))
 		ctx := context.WithValue(c.Request.Context(), mcpCallerKey{}, mcpCaller{clientIP: s.clientIP(c), request: c.Request.Context()})
 		h.ServeHTTP(c.Writer, c.Request.WithContext(ctx))
 	}
@@ -165,14 +168,14 @@ func (s *Server) toolHandler(t *toolDef) mcp.ToolHandler {
 // equivalent REST request sent once to the leader. It returns the HTTP
 // status and JSON body the REST API answers with.
 func (s *Server) runTool(ctx context.Context, t *toolDef, call *toolCall) (int, []byte) {
-	if !t.leaderOnly || s.node.IsLeader() || s.links.usable() {
+	if !t.leaderOnly || s.node.IsLeader() || s.svc.LinkUsable() {
 		// The service layer reaches the leader itself, over the peer link.
 		return replyJSON(t.local(ctx, s, call))
 	}
-	local, addr, bad := s.leaderTarget(ctx, false)
+	local, addr, bad := s.svc.LeaderTarget(ctx, false)
 	switch {
 	case bad != nil:
-		return replyJSON(*bad)
+		return replyJSON(errorReply(bad))
 	case local:
 		return replyJSON(t.local(ctx, s, call))
 	}
@@ -191,9 +194,9 @@ func (s *Server) runTool(ctx context.Context, t *toolDef, call *toolCall) (int, 
 	if t.bearer != "" {
 		req.header.Set("Authorization", "Bearer "+call.args.str(t.bearer))
 	}
-	ans, bad := s.sendToLeader(ctx, addr, req)
-	if bad != nil {
-		return replyJSON(*bad)
+	ans, lost := s.sendToLeader(ctx, addr, req)
+	if lost != nil {
+		return replyJSON(*lost)
 	}
 	return ans.status, ans.body
 }
@@ -203,9 +206,9 @@ func replyJSON(r reply) (int, []byte) {
 	if r.raw != nil {
 		return r.Status, r.raw
 	}
-	b, err := encodeJSON(r.Body)
+	b, err := jsonenc.Encode(r.Body)
 	if err != nil {
-		b, _ = encodeJSON(gin.H{"ok": false, "error": "internal error: the answer could not be encoded"})
+		b, _ = jsonenc.Encode(jsonenc.H{"ok": false, "error": "internal error: the answer could not be encoded"})
 		return http.StatusInternalServerError, b
 	}
 	return r.Status, b
@@ -221,7 +224,7 @@ func toolResult(status int, body []byte) *mcp.CallToolResult {
 		fields = map[string]json.RawMessage{"ok": json.RawMessage("false"), "error": msg}
 	}
 	fields[HTTPStatusField] = json.RawMessage(strconv.Itoa(status))
-	out, err := encodeJSON(fields)
+	out, err := jsonenc.Encode(fields)
 	if err != nil {
 		out = []byte(`{"ok":false,"error":"internal error: the answer could not be encoded","` + HTTPStatusField + `":500}`)
 		status = http.StatusInternalServerError
@@ -257,8 +260,13 @@ func (c *toolCall) decode(dst any) *reply {
 }
 
 // queueAuth validates the queue id and the role token named by tokenArg.
-func (c *toolCall) queueAuth(tokenArg string) (queueAuth, *reply) {
-	return parseQueueAuth(c.args.str("queue_id"), c.args.str(tokenArg), true)
+func (c *toolCall) queueAuth(tokenArg string) (service.QueueAuth, *reply) {
+	a, err := service.ParseQueueAuth(c.args.str("queue_id"), c.args.str(tokenArg), true)
+	if err != nil {
+		r := errorReply(err)
+		return a, &r
+	}
+	return a, nil
 }
 
 // toolArgs are a call's arguments, each still raw JSON, after validation.
@@ -291,7 +299,7 @@ func (a toolArgs) restBody(names []string) ([]byte, error) {
 			body[n] = v
 		}
 	}
-	return encodeJSON(body)
+	return jsonenc.Encode(body)
 }
 
 // escapedID path-escapes an id argument (already checked against its

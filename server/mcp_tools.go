@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/holdfast/holdfast/internal/secret"
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // toolDef is one MCP tool: its schema and contract, how to run it through
@@ -134,33 +135,20 @@ func mcpTools() []*toolDef {
 	argRequestID := func(desc string) toolArg {
 		return strArg("request_id", false, requestIDPattern, secret.RequestIDRule, desc)
 	}
-	leaseOwner := func(op leaseOp) func(context.Context, *Server, *toolCall) reply {
+	leaseOwner := func(op func(*service.Service, context.Context, service.LeaseOwnerRequest) (service.LeaseAnswer, error)) func(context.Context, *Server, *toolCall) reply {
 		return func(ctx context.Context, s *Server, c *toolCall) reply {
-			var in LeaseOwnerInput
+			var in service.LeaseOwnerRequest
 			if bad := c.decode(&in); bad != nil {
 				return *bad
 			}
-			return s.ownerLease(ctx, op, in)
+			a, err := op(s.svc, ctx, in)
+			return answer(a, err, leaseReply)
 		}
 	}
 	queuePath := func(a toolArgs) string { return "/queue/" + a.escapedID("queue_id") }
 	jobPath := func(action string) func(toolArgs) string {
 		return func(a toolArgs) string {
 			return "/queue/" + a.escapedID("queue_id") + "/jobs/" + a.escapedID("job_id") + "/" + action
-		}
-	}
-	receiptTool := func(op jobOp) func(context.Context, *Server, *toolCall) reply {
-		return func(ctx context.Context, s *Server, c *toolCall) reply {
-			a, bad := c.queueAuth("worker_token")
-			if bad != nil {
-				return *bad
-			}
-			var decodeErr *reply
-			in, ok := receiptBody(op, func(v any) bool { decodeErr = c.decode(v); return decodeErr == nil })
-			if !ok {
-				return *decodeErr
-			}
-			return s.receiptOp(ctx, op, a, c.args.str("job_id"), in)
 		}
 	}
 
@@ -174,7 +162,10 @@ func mcpTools() []*toolDef {
 				"The namespace is a secret: share it only with the workers that use its leases." + resultNote,
 			readOnly: true, idempotent: false, destructive: false,
 			method: http.MethodPost, path: func(toolArgs) string { return "/lease/namespace" },
-			local: func(_ context.Context, s *Server, _ *toolCall) reply { return s.createNamespace() },
+			local: func(_ context.Context, s *Server, _ *toolCall) reply {
+				ns, err := s.svc.CreateNamespace()
+				return answer(ns, err, namespaceReply)
+			},
 		},
 		{
 			name:  "acquire_lease",
@@ -197,15 +188,16 @@ func mcpTools() []*toolDef {
 				argTTL("Lease length in seconds, 1 to 86400, default 60; never past absolute_expires_at (the returned ttl_seconds is the time actually granted)."),
 				textArg("fingerprint", false, 1, 512, "Binds the key to its input (e.g. a hash of the request) for the 24-hour lifecycle; another fingerprint gets status \"conflict\". Omitted counts as a value of its own. SECRET."),
 				argRequestID("Your own random SECRET naming this acquire, 32 to 128 letters, digits, '-' or '_' (e.g. a UUID). If the answer is lost, call again with the same request_id: while that grant holds the lease you get the same 201 (owner_token, fencing_token) instead of 409 held. Use a new one for every acquire meant as new."),
-				argWait(maxAcquireWaitSeconds, "Seconds to wait while someone else holds the lease, 0 to 60, default 0. Waiters get the lease in arrival order when it is released, expires or completes (201, a higher fencing_token, or 200 with the stored result); at the deadline the ordinary 409 held. Cancelling the call stops the wait."),
+				argWait(service.MaxAcquireWaitSeconds, "Seconds to wait while someone else holds the lease, 0 to 60, default 0. Waiters get the lease in arrival order when it is released, expires or completes (201, a higher fencing_token, or 200 with the stored result); at the deadline the ordinary 409 held. Cancelling the call stops the wait."),
 			},
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/lease" }, body: leaseBody,
 			local: func(ctx context.Context, s *Server, c *toolCall) reply {
-				var in LeaseAcquireInput
+				var in service.AcquireLeaseRequest
 				if bad := c.decode(&in); bad != nil {
 					return *bad
 				}
-				return s.acquireLease(ctx, in)
+				a, err := s.svc.AcquireLease(ctx, in)
+				return answer(a, err, leaseReply)
 			},
 		},
 		{
@@ -225,7 +217,7 @@ func mcpTools() []*toolDef {
 				argTTL("New lease length in seconds from now, 1 to 86400, default 60."),
 			},
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/lease/renew" }, body: leaseBody,
-			local: leaseOwner(opRenew),
+			local: leaseOwner((*service.Service).RenewLease),
 		},
 		{
 			name:  "release_lease",
@@ -241,7 +233,7 @@ func mcpTools() []*toolDef {
 				argOwnerToken(),
 			},
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/lease/release" }, body: leaseBody,
-			local: leaseOwner(opRelease),
+			local: leaseOwner((*service.Service).ReleaseLease),
 		},
 		{
 			name:  "complete_lease",
@@ -259,7 +251,7 @@ func mcpTools() []*toolDef {
 				jsonArg("result", "Any JSON value to store as the work's result, at most 32 KB as JSON after redaction."),
 			},
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/lease/complete" }, body: leaseBody,
-			local: leaseOwner(opComplete),
+			local: leaseOwner((*service.Service).CompleteLease),
 		},
 		{
 			name:  "create_agent_queue",
@@ -272,7 +264,10 @@ func mcpTools() []*toolDef {
 				"- http_status 507 (isError): the cluster holds its maximum of live queues (setting max_queues); existing queues still work. Tell the operator; retrying soon will not help." + resultNote,
 			readOnly: false, idempotent: false, destructive: false,
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/queue" },
-			local: func(ctx context.Context, s *Server, c *toolCall) reply { return s.createQueue(ctx, c.clientIP) },
+			local: func(ctx context.Context, s *Server, c *toolCall) reply {
+				q, err := s.svc.CreateQueue(ctx, service.CreateQueueRequest{ClientIP: c.clientIP})
+				return answer(q, err, queueCreatedReply)
+			},
 		},
 		{
 			name:  "enqueue_agent_queue_job",
@@ -297,11 +292,12 @@ func mcpTools() []*toolDef {
 				if bad != nil {
 					return *bad
 				}
-				var in EnqueueInput
+				in := service.EnqueueRequest{Auth: a}
 				if bad := c.decode(&in); bad != nil {
 					return *bad
 				}
-				return s.enqueue(ctx, a, in)
+				j, err := s.svc.Enqueue(ctx, in)
+				return answer(j, err, jobAnswerReply)
 			},
 		},
 		{
@@ -317,7 +313,7 @@ func mcpTools() []*toolDef {
 				workerToken(),
 				argVisibility("Seconds the claim hides the job from other workers, 30 to 900, default 60; capped at the queue's expiry."),
 				argRequestID("Your own random SECRET naming this claim, 32 to 128 letters, digits, '-' or '_' (e.g. a UUID). If the answer is lost, call again with the same request_id: while that claim is active you get the same job and receipt instead of the job staying hidden until its window ends. Use a new one for every claim meant as new."),
-				argWait(maxClaimWaitSeconds, "Seconds to wait for a job when none is available, 0 to 20, default 0: the call answers as soon as a job can be claimed (waiting calls are served in arrival order), or job: null at the deadline. Cancelling the call stops the wait."),
+				argWait(service.MaxClaimWaitSeconds, "Seconds to wait for a job when none is available, 0 to 20, default 0: the call answers as soon as a job can be claimed (waiting calls are served in arrival order), or job: null at the deadline. Cancelling the call stops the wait."),
 			},
 			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"visibility_timeout", "request_id", "wait_seconds"},
 			path: func(a toolArgs) string { return queuePath(a) + "/claim" },
@@ -326,11 +322,12 @@ func mcpTools() []*toolDef {
 				if bad != nil {
 					return *bad
 				}
-				var in ClaimInput
+				in := service.ClaimRequest{Auth: a}
 				if bad := c.decode(&in); bad != nil {
 					return *bad
 				}
-				return s.claim(ctx, a, in)
+				j, err := s.svc.Claim(ctx, in)
+				return answer(j, err, jobAnswerReply)
 			},
 		},
 		{
@@ -346,7 +343,8 @@ func mcpTools() []*toolDef {
 				if bad != nil {
 					return *bad
 				}
-				return s.readQueue(ctx, a, "", false, 0)
+				q, err := s.svc.ReadQueue(ctx, service.ReadQueueRequest{Auth: a})
+				return answer(q, err, queueReply)
 			},
 		},
 		{
@@ -356,7 +354,7 @@ func mcpTools() []*toolDef {
 				"The read is linearizable. http_status 404 also when the job id is unknown in this queue." + queueErrors + resultNote,
 			readOnly: true, idempotent: true, destructive: false,
 			args: []toolArg{argQueueID(), readToken(), argJobID(),
-				argWait(maxReadWaitSeconds, "Seconds to wait for the job's outcome, 0 to 60, default 0: the call answers as soon as the job is completed or failed, or with its state at the deadline. Cancelling the call stops the wait.")},
+				argWait(service.MaxReadWaitSeconds, "Seconds to wait for the job's outcome, 0 to 60, default 0: the call answers as soon as the job is completed or failed, or with its state at the deadline. Cancelling the call stops the wait.")},
 			leaderOnly: true, method: http.MethodGet, bearer: "read_token",
 			path: func(a toolArgs) string {
 				p := queuePath(a) + "/jobs/" + a.escapedID("job_id")
@@ -370,7 +368,8 @@ func mcpTools() []*toolDef {
 				if bad != nil {
 					return *bad
 				}
-				return s.readQueue(ctx, a, c.args.str("job_id"), false, time.Duration(c.args.waitSeconds())*time.Second)
+				j, err := s.svc.ReadJob(ctx, service.ReadJobRequest{Auth: a, JobID: c.args.str("job_id"), Wait: time.Duration(c.args.waitSeconds()) * time.Second})
+				return answer(j, err, jobReadReply)
 			},
 		},
 		{
@@ -384,7 +383,7 @@ func mcpTools() []*toolDef {
 			readOnly: false, idempotent: true, destructive: false,
 			args:       []toolArg{argQueueID(), workerToken(), argJobID(), argReceipt()},
 			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"receipt"}, path: jobPath("ack"),
-			local: receiptTool(opAck),
+			local: receiptTool((*service.Service).AckJob, ackRequest),
 		},
 		{
 			name:  "release_agent_queue_job",
@@ -398,7 +397,7 @@ func mcpTools() []*toolDef {
 			args: []toolArg{argQueueID(), workerToken(), argJobID(), argReceipt(),
 				intArg("delay_seconds", 0, 900, 0, "Seconds before the job may be claimed again, 0 to 900, default 0; capped at the queue's expiry.")},
 			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"receipt", "delay_seconds"}, path: jobPath("release"),
-			local: receiptTool(opJobRelease),
+			local: receiptTool((*service.Service).ReleaseJob, releaseRequest),
 		},
 		{
 			name:  "retry_agent_queue_job",
@@ -415,7 +414,8 @@ func mcpTools() []*toolDef {
 				if bad != nil {
 					return *bad
 				}
-				return s.retryJob(ctx, a, c.args.str("job_id"))
+				j, err := s.svc.RetryJob(ctx, service.RetryJobRequest{Auth: a, JobID: c.args.str("job_id")})
+				return answer(j, err, jobAnswerReply)
 			},
 		},
 		{
@@ -429,8 +429,26 @@ func mcpTools() []*toolDef {
 			args: []toolArg{argQueueID(), workerToken(), argJobID(), argReceipt(),
 				argVisibility("New visibility window in seconds from now, 30 to 900, default 60; capped at the queue's expiry.")},
 			leaderOnly: true, method: http.MethodPost, bearer: "worker_token", body: []string{"receipt", "visibility_timeout"}, path: jobPath("renew"),
-			local: receiptTool(opJobRenew),
+			local: receiptTool((*service.Service).RenewJob, renewRequest),
 		},
+	}
+}
+
+// receiptTool runs ack, release or renew: the worker token's queue and the
+// job id start the request newReq makes, the call's body fills in the rest.
+func receiptTool[R any](op func(*service.Service, context.Context, R) (service.JobAnswer, error),
+	newReq func(service.QueueAuth, string) *R) func(context.Context, *Server, *toolCall) reply {
+	return func(ctx context.Context, s *Server, c *toolCall) reply {
+		a, bad := c.queueAuth("worker_token")
+		if bad != nil {
+			return *bad
+		}
+		in := newReq(a, c.args.str("job_id"))
+		if bad := c.decode(in); bad != nil {
+			return *bad
+		}
+		j, err := op(s.svc, ctx, *in)
+		return answer(j, err, jobAnswerReply)
 	}
 }
 

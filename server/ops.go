@@ -12,6 +12,8 @@ import (
 
 	"github.com/holdfast/holdfast/cluster"
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/jsonenc"
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // opsBodyLimit bounds request bodies of the ops endpoints.
@@ -94,7 +96,7 @@ func (s *Server) clusterJoin(c *gin.Context) {
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
 	if err := s.node.Join(ctx, req); err != nil {
-		clusterReply(err).write(c)
+		errorReply(service.ClusterError(err)).write(c)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"ok": true, "node_id": req.NodeID})
@@ -108,7 +110,7 @@ func (s *Server) clusterRemove(c *gin.Context) {
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
 	if err := s.node.Remove(ctx, req.NodeID); err != nil {
-		clusterReply(err).write(c)
+		errorReply(service.ClusterError(err)).write(c)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"ok": true, "node_id": req.NodeID})
@@ -122,7 +124,7 @@ func (s *Server) getSettings(c *gin.Context) {
 		ctx, cancel := s.requestContext(c)
 		defer cancel()
 		if err := s.node.ReadLinearizable(ctx, func() { st = s.node.FSM().Settings() }); err != nil {
-			clusterReply(err).write(c)
+			errorReply(service.ClusterError(err)).write(c)
 			return
 		}
 	}
@@ -144,7 +146,7 @@ func (s *Server) getBackup(c *gin.Context) {
 	start := time.Now()
 	b, err := s.node.TakeBackup(ctx)
 	if err != nil {
-		clusterReply(err).write(c)
+		errorReply(service.ClusterError(err)).write(c)
 		return
 	}
 	took := time.Since(start)
@@ -165,20 +167,20 @@ func (s *Server) putSettings(c *gin.Context) {
 		return
 	}
 	if p.Empty() {
-		errReply(http.StatusBadRequest, "body must name at least one setting", gin.H{"field": "body"}).write(c)
+		errReply(http.StatusBadRequest, "body must name at least one setting", jsonenc.H{"field": "body"}).write(c)
 		return
 	}
 	// A quick check against the local settings catches most mistakes without
 	// a log entry; the state machine validates the merged result again.
 	if err := s.node.FSM().Settings().With(p).Validate(); err != nil {
-		invalidReply(err).write(c)
+		errorReply(service.InvalidError(err)).write(c)
 		return
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
 	res, err := s.node.Propose(ctx, &fsm.SetSettings{Now: s.node.Now(), Patch: p})
 	if err != nil {
-		clusterReply(err).write(c)
+		errorReply(service.ClusterError(err)).write(c)
 		return
 	}
 	r, ok := res.(*fsm.SettingsResult)

@@ -3,22 +3,21 @@ package server
 import (
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/holdfast/holdfast/internal/jsonenc"
 )
 
-// reply is a transport-independent answer of the service layer: the HTTP
-// status, the JSON body and an optional Retry-After. REST writes it as is;
-// MCP turns it into a tool result.
+// reply is an HTTP answer: the status, the JSON body and an optional
+// Retry-After. REST writes it as is; MCP turns it into a tool result.
 type reply struct {
 	Status     int
-	Body       gin.H
+	Body       jsonenc.H
 	RetryAfter int
 	// Bearer asks for a WWW-Authenticate: Bearer challenge (missing token).
 	Bearer bool
-	// raw, when set, is the body already encoded (a reply the leader made
-	// and sent over the peer link); Body is then unused.
+	// raw, when set, is the body already encoded; Body is then unused.
 	raw []byte
 }
 
@@ -27,7 +26,7 @@ func (r reply) body() ([]byte, error) {
 	if r.raw != nil {
 		return r.raw, nil
 	}
-	return encodeJSON(r.Body)
+	return jsonenc.Encode(r.Body)
 }
 
 // write sends r on c.
@@ -50,47 +49,15 @@ func (r reply) write(c *gin.Context) {
 // ok reports whether the reply is a success.
 func (r reply) ok() bool { return r.Status >= 200 && r.Status < 300 }
 
-func okReply(status int, body gin.H) reply {
+func okReply(status int, body jsonenc.H) reply {
 	body["ok"] = true
 	return reply{Status: status, Body: body}
 }
 
-func errReply(status int, msg string, extra gin.H) reply {
-	body := gin.H{"ok": false, "error": msg}
+func errReply(status int, msg string, extra jsonenc.H) reply {
+	body := jsonenc.H{"ok": false, "error": msg}
 	for k, v := range extra {
 		body[k] = v
 	}
 	return reply{Status: status, Body: body}
-}
-
-// invalid names the field and the rule it broke.
-func invalid(field, rule string) reply {
-	return errReply(http.StatusBadRequest, field+" "+rule, gin.H{"field": field})
-}
-
-// tooLarge names a field over its size limit.
-func tooLarge(field, rule string) reply {
-	return errReply(http.StatusRequestEntityTooLarge, field+" "+rule, gin.H{"field": field})
-}
-
-// retryLater is a 503 whose outcome is stated: "not_applied" (safe to
-// retry) or "unknown" (the request may have taken effect).
-func retryLater(msg, outcome string) reply {
-	r := errReply(http.StatusServiceUnavailable, msg, gin.H{"outcome": outcome, "retry_after_seconds": 1})
-	r.RetryAfter = 1
-	return r
-}
-
-// secondsOf converts state milliseconds to whole Unix seconds, rounded down.
-func secondsOf(ms int64) int64 {
-	if ms <= 0 {
-		return 0
-	}
-	return ms / 1000
-}
-
-// rfc3339Of formats state milliseconds as an RFC 3339 UTC time with
-// second precision, rounded down like secondsOf.
-func rfc3339Of(ms int64) string {
-	return time.Unix(secondsOf(ms), 0).UTC().Format(time.RFC3339)
 }

@@ -2,12 +2,13 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/jsonenc"
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // fail writes a JSON error body and stops the handler chain.
@@ -15,54 +16,142 @@ func fail(c *gin.Context, status int, msg string) {
 	errReply(status, msg, nil).write(c)
 }
 
-// invalidReply is a 400 for a request that breaks a rule, naming the field
-// when the error knows it.
-func invalidReply(err error) reply {
-	var fe interface{ FieldName() string }
-	if errors.As(err, &fe) {
-		return errReply(http.StatusBadRequest, err.Error(), gin.H{"field": fe.FieldName()})
+// kindStatus is the HTTP status of an error kind.
+func kindStatus(k service.Kind) int {
+	switch k {
+	case service.KindInvalid:
+		return http.StatusBadRequest
+	case service.KindUnauthorized:
+		return http.StatusUnauthorized
+	case service.KindForbidden:
+		return http.StatusForbidden
+	case service.KindNotFound:
+		return http.StatusNotFound
+	case service.KindConflict, service.KindLost:
+		return http.StatusConflict
+	case service.KindTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case service.KindTooMany:
+		return http.StatusTooManyRequests
+	case service.KindNotApplied, service.KindOutcomeUnknown:
+		return http.StatusServiceUnavailable
+	case service.KindStorageFull:
+		return http.StatusInsufficientStorage
 	}
-	return errReply(http.StatusBadRequest, err.Error(), nil)
+	return http.StatusInternalServerError
 }
 
-// clusterReply maps an error from the cluster package. Only errors known to
-// mean "nothing was written" are reported as safe to retry; anything else
-// may have taken effect and is reported as outcome unknown.
-func clusterReply(err error) reply {
-	var se *cluster.StorageError
-	switch {
-	case errors.As(err, &se) && errors.Is(err, cluster.ErrOutcomeUnknown):
-		return retryLater(fmt.Sprintf("outcome unknown: node %s could not write its %s (%s); the request may or may not have taken effect; retry it if it is safe to repeat, or read the state to find out",
-			se.NodeID, se.Kind, se.Reason()), "unknown")
-	case errors.As(err, &se):
-		return storageReply(se)
-	case errors.Is(err, cluster.ErrInvalidMember):
-		return invalidReply(err)
-	case errors.Is(err, cluster.ErrUnknownMember):
-		return errReply(http.StatusNotFound, err.Error(), nil)
-	case errors.Is(err, cluster.ErrOutcomeUnknown):
-		return retryLater("outcome unknown: the request may or may not have taken effect; retry it if it is safe to repeat, or read the state to find out", "unknown")
-	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrNotReady), errors.Is(err, cluster.ErrNoLeader):
-		return retryLater("no leader is available to serve this request (election in progress or no quorum); nothing was changed, retry shortly", "not_applied")
-	case errors.Is(err, cluster.ErrClockSkew):
-		return retryLater("this node's clock is too far from the cluster's to lead; nothing was changed, retry shortly", "not_applied")
-	case errors.Is(err, cluster.ErrBusy):
-		return retryLater("the leader is overloaded; nothing was changed, retry shortly", "not_applied")
-	case errors.Is(err, cluster.ErrLevel):
-		return retryLater(err.Error(), "not_applied")
+// errorReply is the answer to an operation the service refused: the
+// status of its kind, its body, Retry-After and the bearer challenge. An
+// error that is not the service's is a 500.
+func errorReply(err error) reply {
+	var e *service.Error
+	if !errors.As(err, &e) {
+		return errReply(http.StatusInternalServerError, "internal error", nil)
 	}
-	return retryLater("outcome unknown: the cluster could not confirm the request; it may or may not have taken effect", "unknown")
+	b, berr := e.Body()
+	if berr != nil {
+		return errReply(http.StatusInternalServerError, "internal error: the answer could not be encoded", nil)
+	}
+	return reply{Status: kindStatus(e.Kind), RetryAfter: e.RetryAfter, Bearer: e.Challenge, raw: b}
 }
 
-// storageReply is a 507 for a request nothing was written for because a
-// node cannot write its files: the leader's append failed for want of
-// space, or this node, with no leader known, cannot write its own log. It
-// names the node and the kind of file; the cluster may serve the request
-// again once another node leads or space is freed.
-func storageReply(se *cluster.StorageError) reply {
-	r := errReply(http.StatusInsufficientStorage,
-		fmt.Sprintf("node %s cannot write its %s (%s): nothing was changed; retry later (the operator must free space on that node)", se.NodeID, se.Kind, se.Reason()),
-		gin.H{"outcome": "not_applied", "node_id": se.NodeID, "storage": se.Kind, "retry_after_seconds": 1})
-	r.RetryAfter = 1
-	return r
+// answer is the reply to an operation: its success, or its error.
+func answer[T any](v T, err error, ok func(T) reply) reply {
+	if err != nil {
+		return errorReply(err)
+	}
+	return ok(v)
+}
+
+// namespaceReply is the answer of a minted namespace.
+func namespaceReply(ns string) reply {
+	return okReply(http.StatusOK, jsonenc.H{"namespace": ns, "entropy_bits": service.NamespaceEntropyBits})
+}
+
+// heldBody is the body of a lease the caller holds.
+func heldBody(r *fsm.LeaseResult) jsonenc.H {
+	return jsonenc.H{
+		"status":                        "held",
+		"ttl_seconds":                   r.TTLSeconds,
+		"fencing_token":                 r.FencingToken,
+		"lease_expires_at_timestamp":    service.UnixSeconds(r.LeaseExpiresAt),
+		"lease_expires_at":              service.RFC3339(r.LeaseExpiresAt),
+		"absolute_expires_at_timestamp": service.UnixSeconds(r.AbsoluteExpiresAt),
+		"absolute_expires_at":           service.RFC3339(r.AbsoluteExpiresAt),
+	}
+}
+
+// leaseReply is the answer of a lease operation's success.
+func leaseReply(a service.LeaseAnswer) reply {
+	r := a.Result
+	switch r.Outcome {
+	case fsm.LeaseGranted:
+		body := heldBody(r)
+		body["owner_token"] = a.OwnerToken
+		return okReply(http.StatusCreated, body)
+	case fsm.LeaseCompleted:
+		return okReply(http.StatusOK, jsonenc.H{
+			"status":                        "completed",
+			"completed_at_timestamp":        service.UnixSeconds(r.CompletedAt),
+			"completed_at":                  service.RFC3339(r.CompletedAt),
+			"result":                        jsonenc.Stored(r.Result),
+			"fencing_token":                 r.FencingToken,
+			"absolute_expires_at_timestamp": service.UnixSeconds(r.AbsoluteExpiresAt),
+			"absolute_expires_at":           service.RFC3339(r.AbsoluteExpiresAt),
+		})
+	case fsm.LeaseRenewed:
+		return okReply(http.StatusOK, heldBody(r))
+	case fsm.LeaseReleased:
+		return okReply(http.StatusOK, jsonenc.H{"status": "released", "fencing_token": r.FencingToken})
+	}
+	return errReply(http.StatusInternalServerError, "unexpected lease outcome "+r.Outcome.String(), nil)
+}
+
+// queueBody is the body of a queue's counts.
+func queueBody(q fsm.QueueView) jsonenc.H {
+	return jsonenc.H{
+		"queue_id":             q.ID.String(),
+		"created_at_timestamp": service.UnixSeconds(q.CreatedAt),
+		"expire_timestamp":     service.UnixSeconds(q.ExpiresAt),
+		"counts": jsonenc.H{
+			"pending":   q.Counts.Pending,
+			"claimed":   q.Counts.Claimed,
+			"completed": q.Counts.Completed,
+			"failed":    q.Counts.Failed,
+			"total":     q.Counts.Total,
+		},
+	}
+}
+
+// queueCreatedReply is the answer of a new queue, with its role tokens.
+func queueCreatedReply(q service.QueueCreated) reply {
+	body := queueBody(q.Queue)
+	body["write_token"], body["worker_token"], body["read_token"] = q.WriteToken, q.WorkerToken, q.ReadToken
+	return okReply(http.StatusCreated, body)
+}
+
+// queueReply is the answer of a queue read.
+func queueReply(q fsm.QueueView) reply { return okReply(http.StatusOK, queueBody(q)) }
+
+// jobReadReply is the answer of a job read.
+func jobReadReply(j *fsm.JobView) reply { return jobReply(http.StatusOK, j, nil, nil) }
+
+// jobAnswerReply is the answer of a job operation's success.
+func jobAnswerReply(a service.JobAnswer) reply {
+	r := a.Result
+	switch r.Outcome {
+	case fsm.JobCreated, fsm.JobDeduplicated:
+		status := http.StatusCreated
+		if r.Outcome == fsm.JobDeduplicated {
+			status = http.StatusOK
+		}
+		dedup := r.Outcome == fsm.JobDeduplicated
+		return jobReply(status, r.Job, nil, &dedup)
+	case fsm.QueueEmpty:
+		return okReply(http.StatusOK, jsonenc.H{"job": nil})
+	case fsm.JobClaimed, fsm.JobAcked, fsm.JobReleased, fsm.JobRenewed, fsm.JobRetried:
+		return jobReply(http.StatusOK, r.Job, a.Receipt, nil)
+	}
+	return errReply(http.StatusInternalServerError, "unexpected queue outcome "+r.Outcome.String(), nil)
 }

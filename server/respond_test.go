@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // TestStorageReplies: a request refused for a node's storage answers 507
@@ -34,7 +35,7 @@ func TestStorageReplies(t *testing.T) {
 			[]string{"node n2", "raft-log", "may or may not have taken effect"}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := clusterReply(tc.err)
+			r := errorReply(service.ClusterError(tc.err))
 			if r.Status != tc.status || r.RetryAfter != tc.retryAfter {
 				t.Fatalf("status %d retry-after %d, want %d %d", r.Status, r.RetryAfter, tc.status, tc.retryAfter)
 			}
@@ -63,7 +64,7 @@ func TestStorageReplies(t *testing.T) {
 			}
 		})
 	}
-	if r := clusterReply(errors.New("other")); r.Status != http.StatusServiceUnavailable {
+	if r := errorReply(service.ClusterError(errors.New("other"))); r.Status != http.StatusServiceUnavailable {
 		t.Errorf("an unrelated error: %d", r.Status)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // Config configures a Server.
@@ -45,8 +46,7 @@ type Server struct {
 	proxy   *http.Transport
 	metrics *metrics
 	limiter *rateLimiter
-	links   *linkManager
-	waits   *waitRooms
+	svc     *service.Service
 }
 
 // New builds the router for cfg.Node.
@@ -71,12 +71,12 @@ func New(cfg Config) *Server {
 	}
 	// A forwarded request may wait on the leader (long-poll claim, blocking
 	// acquire, awaited job): the longest wait is added.
-	s.proxy.ResponseHeaderTimeout = cfg.RequestTimeout + maxAcquireWaitSeconds*time.Second + 5*time.Second
+	s.proxy.ResponseHeaderTimeout = cfg.RequestTimeout + service.MaxAcquireWaitSeconds*time.Second + 5*time.Second
 	s.metrics = newMetrics(cfg.Node)
-	s.waits = newWaitRooms()
-	s.waits.register(s.metrics.reg)
+	s.svc = service.New(service.Config{Node: cfg.Node, Logger: s.log, LeaderWait: cfg.LeaderWait,
+		RequestTimeout: cfg.RequestTimeout, Dialer: linkDialer{node: cfg.Node}})
+	s.svc.RegisterMetrics(s.metrics.reg)
 	s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
-	s.links = newLinkManager(s)
 	s.engine = gin.New()
 	s.engine.HandleMethodNotAllowed = true
 	s.engine.RedirectTrailingSlash = false
@@ -97,7 +97,7 @@ func (s *Server) Handler() http.Handler { return s.engine }
 
 // Close closes the peer links and releases idle forwarding connections.
 func (s *Server) Close() {
-	s.links.close()
+	s.svc.Close()
 	s.proxy.CloseIdleConnections()
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // BenchmarkDecodeStrict measures decoding typical bodies, with the
@@ -14,8 +16,8 @@ func BenchmarkDecodeStrict(b *testing.B) {
 		body     string
 		newValue func() any
 	}{
-		{"acquire", `{"namespace":"ns_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","key":"invoice:2026-09-05","ttl_seconds":60,"fingerprint":"charge-order-501"}`, newOf[LeaseAcquireInput]()},
-		{"enqueue", `{"job_key":"report:42","payload":{"report_id":42,"items":[1,2,3,{"a":"b","c":[true,false,null]}],"note":"some text here"}}`, newOf[EnqueueInput]()},
+		{"acquire", `{"namespace":"ns_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","key":"invoice:2026-09-05","ttl_seconds":60,"fingerprint":"charge-order-501"}`, newOf[service.AcquireLeaseRequest]()},
+		{"enqueue", `{"job_key":"report:42","payload":{"report_id":42,"items":[1,2,3,{"a":"b","c":[true,false,null]}],"note":"some text here"}}`, newOf[service.EnqueueRequest]()},
 	} {
 		body := []byte(c.body)
 		b.Run(c.name, func(b *testing.B) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast/holdfast/cluster"
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/server/service"
 )
 
 // secretMark is in every string value the decoding tests send: no error
@@ -45,18 +46,18 @@ func bodyTypes() []bodyType {
 	str := func(s string) string { return `"` + secretMark + s + `"` }
 	receipt := `"` + strings.Repeat("e", 64) + `"`
 	return []bodyType{
-		{name: "LeaseAcquireInput", newValue: newOf[LeaseAcquireInput](), limit: apiBodyLimit, text: "key",
+		{name: "service.AcquireLeaseRequest", newValue: newOf[service.AcquireLeaseRequest](), limit: apiBodyLimit, text: "key",
 			members: []member{{"namespace", ns}, {"key", str("-invoice:1")}, {"ttl_seconds", "60"}, {"fingerprint", str("-fp")}}},
-		{name: "LeaseOwnerInput", newValue: newOf[LeaseOwnerInput](), limit: apiBodyLimit, text: "key", anyJSON: "result",
+		{name: "service.LeaseOwnerRequest", newValue: newOf[service.LeaseOwnerRequest](), limit: apiBodyLimit, text: "key", anyJSON: "result",
 			members: []member{{"namespace", ns}, {"key", str("-invoice:1")}, {"owner_token", `"own_` + strings.Repeat("b", 43) + `"`},
 				{"ttl_seconds", "60"}, {"result", `{"receipt_id":4817,"note":` + str("-note") + `}`}}},
-		{name: "EnqueueInput", newValue: newOf[EnqueueInput](), limit: apiBodyLimit, text: "job_key", anyJSON: "payload",
+		{name: "service.EnqueueRequest", newValue: newOf[service.EnqueueRequest](), limit: apiBodyLimit, text: "job_key", anyJSON: "payload",
 			members: []member{{"job_key", `"report-42"`}, {"payload", `{"report_id":42,"items":[{"a":` + str("-a") + `}]}`}}},
-		{name: "ClaimInput", newValue: newOf[ClaimInput](), limit: apiBodyLimit, allowEmpty: true,
+		{name: "service.ClaimRequest", newValue: newOf[service.ClaimRequest](), limit: apiBodyLimit, allowEmpty: true,
 			members: []member{{"visibility_timeout", "60"}}},
-		{name: "ReceiptInput", newValue: newOf[ReceiptInput](), limit: apiBodyLimit, text: "receipt",
+		{name: "service.AckJobRequest", newValue: newOf[service.AckJobRequest](), limit: apiBodyLimit, text: "receipt",
 			members: []member{{"receipt", receipt}}},
-		{name: "RenewInput", newValue: newOf[RenewInput](), limit: apiBodyLimit, text: "receipt",
+		{name: "service.RenewJobRequest", newValue: newOf[service.RenewJobRequest](), limit: apiBodyLimit, text: "receipt",
 			members: []member{{"receipt", receipt}, {"visibility_timeout", "120"}}},
 		{name: "fsm.SettingsPatch", newValue: newOf[fsm.SettingsPatch](), limit: opsBodyLimit,
 			members: []member{{"queue_max_jobs", "50"}, {"lease_ttl_max_seconds", "100"}}},
@@ -201,14 +202,14 @@ func TestDecodeStrictEveryBodyType(t *testing.T) {
 // payload of null is the JSON null, escapes are decoded, and member names
 // differing only in case from the type's are not taken for them.
 func TestDecodeStrictKeepsValues(t *testing.T) {
-	var in EnqueueInput
+	var in service.EnqueueRequest
 	if err := decodeStrict([]byte(`{"job_key":"k\u002d1","payload":null}`), &in); err != nil {
 		t.Fatal(err)
 	}
 	if in.JobKey == nil || *in.JobKey != "k-1" || string(in.Payload) != "null" {
 		t.Fatalf("decoded %+v (payload %q)", in, in.Payload)
 	}
-	var acq LeaseAcquireInput
+	var acq service.AcquireLeaseRequest
 	if err := decodeStrict([]byte(` {"key":"a\u0085b","fingerprint":"`+"\u00a0"+`"} `), &acq); err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,9 @@
-package server
+package service
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
@@ -45,31 +44,31 @@ type queueRead struct {
 }
 
 // opResult is the leader's answer to a leaderOp: a state machine result, or
-// the reply that refuses it (a broken limit, no leader, outcome unknown).
+// the error that refuses it (a broken limit, no leader, outcome unknown).
 type opResult struct {
 	lease   *fsm.LeaseResult
 	queue   *fsm.QueueResult
-	refusal *reply
+	refusal *Error
 }
 
-func refused(r reply) opResult { return opResult{refusal: &r} }
+func refused(e *Error) opResult { return opResult{refusal: e} }
 
 // leadFor runs op on the leader and picks its result of the kind named
-// what; a refusal becomes the reply, and a result of another kind is the
+// what; a refusal is the error, and a result of another kind is the
 // leader's fault.
-func leadFor[T any](s *Server, ctx context.Context, op *leaderOp, what string, pick func(opResult) *T) (*T, reply) {
+func leadFor[T any](s *Service, ctx context.Context, op *leaderOp, what string, pick func(opResult) *T) (*T, *Error) {
 	res := s.lead(ctx, op)
 	if res.refusal != nil {
-		return nil, *res.refusal
+		return nil, res.refusal
 	}
 	if r := pick(res); r != nil {
-		return r, reply{}
+		return r, nil
 	}
-	return nil, errReply(http.StatusInternalServerError, "the leader answered a "+what+" operation with another result", nil)
+	return nil, Fail(KindInternal, "the leader answered a "+what+" operation with another result", nil)
 }
 
 // execute runs op on this node, which must be the ready leader.
-func (s *Server) execute(ctx context.Context, op *leaderOp) opResult {
+func (s *Service) execute(ctx context.Context, op *leaderOp) opResult {
 	if op.read != nil {
 		if op.wait > 0 && op.read.withJob {
 			return s.awaitJob(ctx, op.wait, op.read)
@@ -92,7 +91,7 @@ func (s *Server) execute(ctx context.Context, op *leaderOp) opResult {
 
 // prepare judges op's command against the applied settings and the
 // queue's token, and stamps it with the leader's clock.
-func (s *Server) prepare(op *leaderOp) *reply {
+func (s *Service) prepare(op *leaderOp) *Error {
 	st := s.node.FSM().Settings()
 	now := s.node.Now()
 	switch c := op.cmd.(type) {
@@ -112,18 +111,16 @@ func (s *Server) prepare(op *leaderOp) *reply {
 		c.Now = now
 	case *fsm.LeaseComplete:
 		if int64(len(c.Result)) > st.MaxResultBytes {
-			r := tooLarge("result", fmt.Sprintf("must be at most %d bytes as canonical JSON after redaction (got %d)", st.MaxResultBytes, len(c.Result)))
-			return &r
+			return TooLarge("result", fmt.Sprintf("must be at most %d bytes as canonical JSON after redaction (got %d)", st.MaxResultBytes, len(c.Result)))
 		}
 		c.Now = now
 	case *fsm.QueueCreate:
 		c.Now = now
 	case *fsm.JobEnqueue:
 		if int64(len(c.Payload)) > st.MaxPayloadBytes {
-			r := tooLarge("payload", fmt.Sprintf("must be at most %d bytes encoded (got %d)", st.MaxPayloadBytes, len(c.Payload)))
-			return &r
+			return TooLarge("payload", fmt.Sprintf("must be at most %d bytes encoded (got %d)", st.MaxPayloadBytes, len(c.Payload)))
 		}
-		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWrite); r != nil {
+		if r := s.preauthorize(QueueAuth{c.Queue, c.Token}, fsm.RoleWrite); r != nil {
 			return r
 		}
 		c.Now = now
@@ -132,27 +129,27 @@ func (s *Server) prepare(op *leaderOp) *reply {
 		if bad != nil {
 			return bad
 		}
-		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
+		if r := s.preauthorize(QueueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
 			return r
 		}
 		c.Now, c.VisibilitySeconds = now, vis
 	case *fsm.JobAck:
-		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
+		if r := s.preauthorize(QueueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
 			return r
 		}
 		c.Now = now
 	case *fsm.JobRelease:
-		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
+		if r := s.preauthorize(QueueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
 			return r
 		}
 		c.Now = now
 	case *fsm.JobRetry:
-		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWrite); r != nil {
+		if r := s.preauthorize(QueueAuth{c.Queue, c.Token}, fsm.RoleWrite); r != nil {
 			return r
 		}
 		c.Now = now
 	case *fsm.JobRenew:
-		if r := s.preauthorize(queueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
+		if r := s.preauthorize(QueueAuth{c.Queue, c.Token}, fsm.RoleWorker); r != nil {
 			return r
 		}
 		vis, bad := visibilitySeconds(op.visibility, st)
@@ -161,17 +158,16 @@ func (s *Server) prepare(op *leaderOp) *reply {
 		}
 		c.Now, c.VisibilitySeconds = now, vis
 	default:
-		r := errReply(http.StatusBadRequest, fmt.Sprintf("command type %d is not an API operation", op.cmd.Type()), nil)
-		return &r
+		return Fail(KindInvalid, fmt.Sprintf("command type %d is not an API operation", op.cmd.Type()), nil)
 	}
 	return nil
 }
 
 // propose commits cmd and wakes the waiters of what it changed.
-func (s *Server) propose(ctx context.Context, cmd fsm.Command) opResult {
+func (s *Service) propose(ctx context.Context, cmd fsm.Command) opResult {
 	res, err := s.node.Propose(ctx, cmd)
 	if err != nil {
-		return refused(clusterReply(err))
+		return refused(ClusterError(err))
 	}
 	out := typedResult(res)
 	s.notifyChange(cmd, out)
@@ -186,19 +182,19 @@ func typedResult(res interface{}) opResult {
 	case *fsm.QueueResult:
 		return opResult{queue: r}
 	}
-	return refused(errReply(http.StatusInternalServerError, fmt.Sprintf("unexpected state machine result %T", res), nil))
+	return refused(Fail(KindInternal, fmt.Sprintf("unexpected state machine result %T", res), nil))
 }
 
-func (s *Server) executeRead(ctx context.Context, q *queueRead) opResult {
+func (s *Service) executeRead(ctx context.Context, q *queueRead) opResult {
 	var r fsm.QueueResult
 	if err := s.node.ReadLinearizable(ctx, func() { r = s.executeStaleRead(q) }); err != nil {
-		return refused(clusterReply(err))
+		return refused(ClusterError(err))
 	}
 	return opResult{queue: &r}
 }
 
 // executeStaleRead reads this node's own state.
-func (s *Server) executeStaleRead(q *queueRead) fsm.QueueResult {
+func (s *Service) executeStaleRead(q *queueRead) fsm.QueueResult {
 	if q.withJob {
 		return s.node.FSM().ReadJob(q.queue, q.token, q.job, s.node.Now())
 	}
@@ -300,7 +296,7 @@ func decodeOp(b []byte) (*leaderOp, error) {
 		d.Fail(fmt.Sprintf("unknown operation kind %d", kind))
 	}
 	op.wait = time.Duration(d.Varint()) * time.Millisecond
-	if op.wait < 0 || op.wait > maxAcquireWaitSeconds*time.Second {
+	if op.wait < 0 || op.wait > MaxAcquireWaitSeconds*time.Second {
 		d.Fail("wait out of range")
 	}
 	if err := d.Finish(); err != nil {
@@ -337,14 +333,14 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 	e.Byte(opWireVersion)
 	switch {
 	case r.refusal != nil:
-		body, err := r.refusal.body()
+		body, err := r.refusal.Body()
 		if err != nil {
 			return nil, err
 		}
 		e.Byte(resultRefusal)
-		e.Varint(int64(r.refusal.Status))
+		e.Varint(int64(linkCode(r.refusal.Kind)))
 		e.Varint(int64(r.refusal.RetryAfter))
-		e.Bool(r.refusal.Bearer)
+		e.Bool(r.refusal.Challenge)
 		e.Blob(body)
 	case r.lease != nil:
 		l := r.lease
@@ -402,11 +398,12 @@ func decodeResult(b []byte) (opResult, error) {
 	var r opResult
 	switch kind := d.Byte(); kind {
 	case resultRefusal:
-		rep := reply{Status: int(d.Varint()), RetryAfter: int(d.Varint()), Bearer: d.Bool(), raw: d.Blob()}
-		if rep.Status < 100 || rep.Status > 599 || len(rep.raw) == 0 {
+		code := int(d.Varint())
+		ref := &Error{RetryAfter: int(d.Varint()), Challenge: d.Bool(), body: d.Blob()}
+		if ref.Kind = kindOfLinkCode(code, ref.body); ref.Kind == 0 || len(ref.body) == 0 {
 			d.Fail("invalid refusal")
 		}
-		r.refusal = &rep
+		r.refusal = ref
 	case resultLease:
 		l := &fsm.LeaseResult{Outcome: fsm.LeaseOutcome(d.Byte()), Now: d.Varint(), FencingToken: d.Uvarint()}
 		for _, p := range []*int64{&l.TTLSeconds, &l.LeaseExpiresAt, &l.AbsoluteExpiresAt, &l.RetryAfterSeconds, &l.CompletedAt} {

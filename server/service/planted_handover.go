@@ -1,6 +1,6 @@
 //go:build holdfast_bug_double_handover
 
-package server
+package service
 
 // Planted bug: a hand-over's result reaches the two longest waiters.
 const plantedDoubleHandover = true

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -92,9 +92,9 @@ func TestLeaderResultsRoundTrip(t *testing.T) {
 			t.Fatalf("result %d: %+v, %v; want %+v", i, got, err, r)
 		}
 	}
-	ref := retryLater("no leader", "not_applied")
-	ref.Bearer = true
-	b, err := opResult{refusal: &ref}.encode(nil)
+	ref := NotApplied("no leader")
+	ref.Challenge = true
+	b, err := opResult{refusal: ref}.encode(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +102,9 @@ func TestLeaderResultsRoundTrip(t *testing.T) {
 	if err != nil || got.refusal == nil {
 		t.Fatalf("refusal: %+v %v", got, err)
 	}
-	want, _ := ref.body()
-	gb, _ := got.refusal.body()
-	if got.refusal.Status != http.StatusServiceUnavailable || got.refusal.RetryAfter != 1 || !got.refusal.Bearer || string(gb) != string(want) {
+	want, _ := ref.Body()
+	gb, _ := got.refusal.Body()
+	if linkCode(got.refusal.Kind) != http.StatusServiceUnavailable || got.refusal.RetryAfter != 1 || !got.refusal.Challenge || string(gb) != string(want) {
 		t.Fatalf("refusal decoded as %+v %s, want %+v %s", got.refusal, gb, ref, want)
 	}
 	if _, err := (opResult{}).encode(nil); err == nil {
@@ -145,8 +145,8 @@ func TestALinkCallNotRunIsRefusedNotApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.refusal == nil || res.refusal.Status != http.StatusServiceUnavailable || res.refusal.RetryAfter < 1 ||
-		!strings.Contains(string(res.refusal.raw), `"outcome":"not_applied"`) {
+	if res.refusal == nil || linkCode(res.refusal.Kind) != http.StatusServiceUnavailable || res.refusal.RetryAfter < 1 ||
+		!strings.Contains(string(res.refusal.body), `"outcome":"not_applied"`) {
 		t.Fatalf("refusal of a call not run: %+v", res.refusal)
 	}
 }

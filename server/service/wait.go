@@ -1,15 +1,12 @@
-package server
+package service
 
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast/holdfast/fsm"
@@ -29,9 +26,12 @@ import (
 
 // Bounds of wait_seconds.
 const (
-	maxClaimWaitSeconds   = 20
-	maxAcquireWaitSeconds = 60
-	maxReadWaitSeconds    = 60
+	// MaxClaimWaitSeconds bounds a claim's wait_seconds.
+	MaxClaimWaitSeconds = 20
+	// MaxAcquireWaitSeconds bounds an acquire's wait_seconds; no wait is longer.
+	MaxAcquireWaitSeconds = 60
+	// MaxReadWaitSeconds bounds a job read's wait_seconds.
+	MaxReadWaitSeconds = 60
 	// waitRetryFloor keeps a waiter whose try lost a race (the state said
 	// it could succeed; another request got there first) from trying again
 	// sooner than this unless something it waits for changes.
@@ -300,7 +300,7 @@ func succeeded(res opResult) bool {
 
 // notifyChange wakes the waiters of what a write applied on this leader
 // freed.
-func (s *Server) notifyChange(cmd fsm.Command, res opResult) {
+func (s *Service) notifyChange(cmd fsm.Command, res opResult) {
 	if s.waits.empty() {
 		return
 	}
@@ -332,7 +332,7 @@ type turn struct {
 // proposeWithHandover commits cmd; when the room cmd frees has a waiter,
 // that waiter's own command goes in the same entry, right after cmd, and
 // its result to the waiter: one commit per hand-over instead of two.
-func (s *Server) proposeWithHandover(ctx context.Context, cmd fsm.Command) opResult {
+func (s *Service) proposeWithHandover(ctx context.Context, cmd fsm.Command) opResult {
 	f, ok := freedBy(cmd)
 	if !ok || !f.handover || s.waits.empty() {
 		return s.propose(ctx, cmd)
@@ -345,7 +345,7 @@ func (s *Server) proposeWithHandover(ctx context.Context, cmd fsm.Command) opRes
 	s.waits.handovers.Add(1)
 	rs, err := s.node.ProposeAll(ctx, cmd, w.next(s.node.Now()))
 	if err != nil {
-		res := refused(clusterReply(err))
+		res := refused(ClusterError(err))
 		w.deliver(res)
 		return res
 	}
@@ -362,18 +362,18 @@ func (s *Server) proposeWithHandover(ctx context.Context, cmd fsm.Command) opRes
 
 // leadershipLost is the answer of a waiter whose node stopped leading.
 func leadershipLost() opResult {
-	return refused(retryLater("leadership moved while the request waited; nothing was changed, retry", "not_applied"))
+	return refused(NotApplied("leadership moved while the request waited; nothing was changed, retry"))
 }
 
 // waitCancelled is the answer of a waiter whose caller went away.
 func waitCancelled() opResult {
-	return refused(retryLater("the request ended while it waited; nothing was changed", "not_applied"))
+	return refused(NotApplied("the request ended while it waited; nothing was changed"))
 }
 
 // awaitTurn waits for up to wait, on the ready leader, for t's turn. A
 // waiter leaves its room only while nothing of it is in flight, so no
 // hand-over's result is ever left without its request.
-func (s *Server) awaitTurn(ctx context.Context, wait time.Duration, t turn) opResult {
+func (s *Service) awaitTurn(ctx context.Context, wait time.Duration, t turn) opResult {
 	deadline := s.node.Now() + wait.Milliseconds()
 	lost := s.node.LeadershipDone()
 	w := s.waits.join(t.room, t.next)
@@ -449,7 +449,7 @@ func (s *Server) awaitTurn(ctx context.Context, wait time.Duration, t turn) opRe
 
 // waitClaim is a claim with wait_seconds: it takes the first job to become
 // claimable, or answers job: null at the deadline.
-func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobClaim) opResult {
+func (s *Service) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobClaim) opResult {
 	f := s.node.FSM()
 	return s.awaitTurn(ctx, wait, turn{
 		room:  claimRoom(c.Queue),
@@ -463,7 +463,7 @@ func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobCl
 		expire: func() opResult {
 			// Nothing to claim, as a leader that still leads says.
 			if err := s.node.ReadLinearizable(ctx, func() {}); err != nil {
-				return refused(clusterReply(err))
+				return refused(ClusterError(err))
 			}
 			return opResult{queue: &fsm.QueueResult{Outcome: fsm.QueueEmpty, Now: s.node.Now()}}
 		},
@@ -473,7 +473,7 @@ func (s *Server) waitClaim(ctx context.Context, wait time.Duration, c *fsm.JobCl
 // waitAcquire is an acquire with wait_seconds: while the lease is held it
 // waits; when the lease is released, expires or completes, the longest
 // waiter tries first.
-func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.LeaseAcquire) opResult {
+func (s *Service) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.LeaseAcquire) opResult {
 	f := s.node.FSM()
 	next := func(now int64) fsm.Command {
 		n := *c
@@ -494,7 +494,7 @@ func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.Lea
 			var held fsm.LeaseResult
 			var ready bool
 			if err := s.node.ReadLinearizable(ctx, func() { held, ready = f.AcquireWait(c, s.node.Now()) }); err != nil {
-				return refused(clusterReply(err))
+				return refused(ClusterError(err))
 			}
 			if !ready {
 				return opResult{lease: &held}
@@ -506,7 +506,7 @@ func (s *Server) waitAcquire(ctx context.Context, wait time.Duration, c *fsm.Lea
 
 // awaitJob is a job read with wait_seconds: it answers as soon as the job
 // is completed or failed (or the read fails), or its state at the deadline.
-func (s *Server) awaitJob(ctx context.Context, wait time.Duration, q *queueRead) opResult {
+func (s *Service) awaitJob(ctx context.Context, wait time.Duration, q *queueRead) opResult {
 	deadline := s.node.Now() + wait.Milliseconds()
 	lost := s.node.LeadershipDone()
 	room := jobRoom(q.queue, q.job)
@@ -546,38 +546,13 @@ func jobSettled(r opResult) bool {
 	return st == fsm.JobCompleted || st == fsm.JobFailed
 }
 
-// waitSeconds checks an optional wait_seconds against its bound.
-func waitSeconds(v *int64, maxSeconds int64) (time.Duration, *reply) {
+// WaitSeconds checks an optional wait_seconds against its bound.
+func WaitSeconds(v *int64, maxSeconds int64) (time.Duration, error) {
 	if v == nil {
 		return 0, nil
 	}
 	if *v < 0 || *v > maxSeconds {
-		r := invalid("wait_seconds", fmt.Sprintf("must be an integer from 0 to %d", maxSeconds))
-		return 0, &r
+		return 0, Invalid("wait_seconds", fmt.Sprintf("must be an integer from 0 to %d", maxSeconds))
 	}
 	return time.Duration(*v) * time.Second, nil
-}
-
-// queryWaitSeconds parses the wait_seconds query parameter of a read.
-func queryWaitSeconds(c *gin.Context) (time.Duration, *reply) {
-	raw, ok := c.GetQuery("wait_seconds")
-	if !ok {
-		return 0, nil
-	}
-	v, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil {
-		r := invalid("wait_seconds", fmt.Sprintf("must be an integer from 0 to %d", maxReadWaitSeconds))
-		return 0, &r
-	}
-	return waitSeconds(&v, maxReadWaitSeconds)
-}
-
-// waitingContext is the context of a request that may wait: the request
-// timeout plus the wait. It also moves the connection's write deadline past
-// the wait, so the HTTP server's write timeout does not cut the answer.
-func (s *Server) waitingContext(c *gin.Context, wait time.Duration) (context.Context, context.CancelFunc) {
-	if wait > 0 {
-		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout + wait + 5*time.Second))
-	}
-	return context.WithTimeout(c.Request.Context(), s.cfg.RequestTimeout+wait)
 }

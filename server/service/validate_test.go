@@ -1,7 +1,6 @@
-package server
+package service
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -22,11 +21,11 @@ func TestCheckTextRefusesEveryControlCharacter(t *testing.T) {
 			switch {
 			case control(r) && bad == nil:
 				t.Errorf("U+%04X in %q accepted", r, v)
-			case control(r) && (bad.Status != http.StatusBadRequest || bad.Body["field"] != "key" ||
-				!strings.Contains(bad.Body["error"].(string), "must not contain control characters")):
+			case control(r) && (bad.Kind != KindInvalid || bad.Field != "key" ||
+				!strings.Contains(bad.Message, "must not contain control characters")):
 				t.Errorf("U+%04X: got %+v", r, *bad)
 			case !control(r) && bad != nil:
-				t.Errorf("U+%04X in %q refused: %v", r, v, bad.Body)
+				t.Errorf("U+%04X in %q refused: %v", r, v, bad)
 			}
 		}
 		if control(r) {
@@ -59,9 +58,9 @@ func TestLeaseIdentityRefusesC1(t *testing.T) {
 			t.Errorf("%s with U+0085 accepted", c.field)
 			continue
 		}
-		msg, _ := bad.Body["error"].(string)
-		if bad.Status != http.StatusBadRequest || bad.Body["field"] != c.field || !strings.Contains(msg, "must not contain control characters") || strings.Contains(msg, "S3CRET") {
-			t.Errorf("%s with U+0085: got %d %v", c.field, bad.Status, bad.Body)
+		msg := bad.Message
+		if bad.Kind != KindInvalid || bad.Field != c.field || !strings.Contains(msg, "must not contain control characters") || strings.Contains(msg, "S3CRET") {
+			t.Errorf("%s with U+0085: got %+v", c.field, bad)
 		}
 	}
 }
