@@ -46,8 +46,7 @@ func (s *Server) restNamespace(c *gin.Context) {
 	if !bindJSON(c, apiBodyLimit, true, &in) {
 		return
 	}
-	ns, err := s.svc.CreateNamespace()
-	answer(ns, err, namespaceReply).write(c)
+	namespaceReply(s.svc.CreateNamespace()).write(c)
 }
 
 func (s *Server) restAcquire(c *gin.Context) {
@@ -58,8 +57,7 @@ func (s *Server) restAcquire(c *gin.Context) {
 	wait, _ := service.WaitSeconds(in.WaitSeconds, service.MaxAcquireWaitSeconds)
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	a, err := s.svc.AcquireLease(ctx, in)
-	answer(a, err, leaseReply).write(c)
+	leaseReply(s.svc.AcquireLease(ctx, in)).write(c)
 }
 
 // leaseOwnerOp is the service's renew, release or complete.
@@ -73,8 +71,7 @@ func restLeaseOwner(s *Server, op leaseOwnerOp) gin.HandlerFunc {
 		}
 		ctx, cancel := s.requestContext(c)
 		defer cancel()
-		a, err := op(ctx, in)
-		answer(a, err, leaseReply).write(c)
+		leaseReply(op(ctx, in)).write(c)
 	}
 }
 
@@ -85,8 +82,7 @@ func (s *Server) restCreateQueue(c *gin.Context) {
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
-	q, err := s.svc.CreateQueue(ctx, service.CreateQueueRequest{ClientIP: s.clientIP(c)})
-	answer(q, err, queueCreatedReply).write(c)
+	queueCreatedReply(s.svc.CreateQueue(ctx, service.CreateQueueRequest{ClientIP: s.clientIP(c)})).write(c)
 }
 
 // bearer extracts the token of an Authorization: Bearer header.
@@ -124,8 +120,7 @@ func (s *Server) restEnqueue(c *gin.Context) {
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
-	j, err := s.svc.Enqueue(ctx, in)
-	answer(j, err, jobAnswerReply).write(c)
+	jobAnswerReply(s.svc.Enqueue(ctx, in)).write(c)
 }
 
 func (s *Server) restClaim(c *gin.Context) {
@@ -140,33 +135,21 @@ func (s *Server) restClaim(c *gin.Context) {
 	wait, _ := service.WaitSeconds(in.WaitSeconds, service.MaxClaimWaitSeconds)
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	j, err := s.svc.Claim(ctx, in)
-	answer(j, err, jobAnswerReply).write(c)
+	jobAnswerReply(s.svc.Claim(ctx, in)).write(c)
 }
 
 // restJobAction answers ack, release and renew, whose bodies carry the
 // claim's receipt.
 func (s *Server) restJobAction(c *gin.Context) {
-	var run func(context.Context, service.QueueAuth, string) (service.JobAnswer, bool)
 	switch c.Param("action") {
 	case "ack":
-		run = receiptAction(c, s.svc.AckJob, ackRequest)
+		restReceipt(s, c, (*service.Service).AckJob, ackRequest)
 	case "release":
-		run = receiptAction(c, s.svc.ReleaseJob, releaseRequest)
+		restReceipt(s, c, (*service.Service).ReleaseJob, releaseRequest)
 	case "renew":
-		run = receiptAction(c, s.svc.RenewJob, renewRequest)
+		restReceipt(s, c, (*service.Service).RenewJob, renewRequest)
 	default:
 		fail(c, http.StatusNotFound, "no such endpoint: the job action must be ack, release, renew or retry")
-		return
-	}
-	a, ok := s.restQueueAuth(c)
-	if !ok {
-		return
-	}
-	ctx, cancel := s.requestContext(c)
-	defer cancel()
-	if j, ok := run(ctx, a, c.Param("job_id")); ok {
-		jobAnswerReply(j).write(c)
 	}
 }
 
@@ -184,22 +167,23 @@ func renewRequest(a service.QueueAuth, job string) *service.RenewJobRequest {
 	return &service.RenewJobRequest{Auth: a, JobID: job}
 }
 
-// receiptAction decodes the body of a receipt operation into the request
-// newReq makes and runs op on it; false when it answered the client itself.
-func receiptAction[R any](c *gin.Context, op func(context.Context, R) (service.JobAnswer, error),
-	newReq func(service.QueueAuth, string) *R) func(context.Context, service.QueueAuth, string) (service.JobAnswer, bool) {
-	return func(ctx context.Context, a service.QueueAuth, job string) (service.JobAnswer, bool) {
-		in := newReq(a, job)
-		if !bindJSON(c, apiBodyLimit, false, in) {
-			return service.JobAnswer{}, false
-		}
-		j, err := op(ctx, *in)
-		if err != nil {
-			errorReply(err).write(c)
-			return j, false
-		}
-		return j, true
+// receiptOp is the service's ack, release or renew.
+type receiptOp[R any] func(*service.Service, context.Context, R) (service.JobAnswer, error)
+
+// restReceipt runs a receipt operation: the path's queue and job and the
+// bearer token start the request newReq makes, the body fills in the rest.
+func restReceipt[R any](s *Server, c *gin.Context, op receiptOp[R], newReq func(service.QueueAuth, string) *R) {
+	a, ok := s.restQueueAuth(c)
+	if !ok {
+		return
 	}
+	ctx, cancel := s.requestContext(c)
+	defer cancel()
+	in := newReq(a, c.Param("job_id"))
+	if !bindJSON(c, apiBodyLimit, false, in) {
+		return
+	}
+	jobAnswerReply(op(s.svc, ctx, *in)).write(c)
 }
 
 // restRetry answers POST /queue/{id}/jobs/{job_id}/retry, whose body is
@@ -215,8 +199,7 @@ func (s *Server) restRetry(c *gin.Context) {
 	}
 	ctx, cancel := s.requestContext(c)
 	defer cancel()
-	j, err := s.svc.RetryJob(ctx, service.RetryJobRequest{Auth: a, JobID: c.Param("job_id")})
-	answer(j, err, jobAnswerReply).write(c)
+	jobAnswerReply(s.svc.RetryJob(ctx, service.RetryJobRequest{Auth: a, JobID: c.Param("job_id")})).write(c)
 }
 
 // readParams are the query parameters of a read: stale and wait_seconds.
@@ -240,8 +223,7 @@ func (s *Server) restReadQueue(c *gin.Context) {
 	}
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	q, err := s.svc.ReadQueue(ctx, service.ReadQueueRequest{Auth: a, Stale: stale, Wait: wait})
-	answer(q, err, queueReply).write(c)
+	queueReply(s.svc.ReadQueue(ctx, service.ReadQueueRequest{Auth: a, Stale: stale, Wait: wait})).write(c)
 }
 
 func (s *Server) restReadJob(c *gin.Context) {
@@ -251,8 +233,7 @@ func (s *Server) restReadJob(c *gin.Context) {
 	}
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	j, err := s.svc.ReadJob(ctx, service.ReadJobRequest{Auth: a, JobID: c.Param("job_id"), Stale: stale, Wait: wait})
-	answer(j, err, jobReadReply).write(c)
+	jobReadReply(s.svc.ReadJob(ctx, service.ReadJobRequest{Auth: a, JobID: c.Param("job_id"), Stale: stale, Wait: wait})).write(c)
 }
 
 // queryWaitSeconds parses the wait_seconds query parameter of a read.

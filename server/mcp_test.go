@@ -33,13 +33,13 @@ type testNode struct {
 // startNode opens a node whose HTTP server listens on a fresh loopback port
 // (advertised as its HTTP address). A node that must not bootstrap itself
 // gets an unreachable join address and is added with Join on the leader.
-func startNode(t *testing.T, id string, bootstrap bool, logs io.Writer, cfg server.Config) *testNode {
+func startNode(t testing.TB, id string, bootstrap bool, logs io.Writer, cfg server.Config) *testNode {
 	t.Helper()
 	return startNodeWithKey(t, id, "mcp-test-cluster-key", bootstrap, logs, cfg)
 }
 
 // startNodeWithKey is startNode with the node's own cluster key.
-func startNodeWithKey(t *testing.T, id, key string, bootstrap bool, logs io.Writer, cfg server.Config) *testNode {
+func startNodeWithKey(t testing.TB, id, key string, bootstrap bool, logs io.Writer, cfg server.Config) *testNode {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -82,7 +82,7 @@ func startNodeWithKey(t *testing.T, id, key string, bootstrap bool, logs io.Writ
 	return &testNode{node: n, url: "http://" + ln.Addr().String()}
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -94,7 +94,7 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 }
 
 // startCluster forms a three-node cluster and returns its nodes, leader first.
-func startCluster(t *testing.T, logs io.Writer) []*testNode {
+func startCluster(t testing.TB, logs io.Writer) []*testNode {
 	t.Helper()
 	nodes := []*testNode{startNode(t, "n0", true, logs, server.Config{})}
 	waitFor(t, "n0 to lead", 15*time.Second, func() bool {

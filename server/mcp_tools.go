@@ -141,8 +141,7 @@ func mcpTools() []*toolDef {
 			if bad := c.decode(&in); bad != nil {
 				return *bad
 			}
-			a, err := op(s.svc, ctx, in)
-			return answer(a, err, leaseReply)
+			return leaseReply(op(s.svc, ctx, in))
 		}
 	}
 	queuePath := func(a toolArgs) string { return "/queue/" + a.escapedID("queue_id") }
@@ -163,8 +162,7 @@ func mcpTools() []*toolDef {
 			readOnly: true, idempotent: false, destructive: false,
 			method: http.MethodPost, path: func(toolArgs) string { return "/lease/namespace" },
 			local: func(_ context.Context, s *Server, _ *toolCall) reply {
-				ns, err := s.svc.CreateNamespace()
-				return answer(ns, err, namespaceReply)
+				return namespaceReply(s.svc.CreateNamespace())
 			},
 		},
 		{
@@ -196,8 +194,7 @@ func mcpTools() []*toolDef {
 				if bad := c.decode(&in); bad != nil {
 					return *bad
 				}
-				a, err := s.svc.AcquireLease(ctx, in)
-				return answer(a, err, leaseReply)
+				return leaseReply(s.svc.AcquireLease(ctx, in))
 			},
 		},
 		{
@@ -265,8 +262,7 @@ func mcpTools() []*toolDef {
 			readOnly: false, idempotent: false, destructive: false,
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/queue" },
 			local: func(ctx context.Context, s *Server, c *toolCall) reply {
-				q, err := s.svc.CreateQueue(ctx, service.CreateQueueRequest{ClientIP: c.clientIP})
-				return answer(q, err, queueCreatedReply)
+				return queueCreatedReply(s.svc.CreateQueue(ctx, service.CreateQueueRequest{ClientIP: c.clientIP}))
 			},
 		},
 		{
@@ -296,8 +292,7 @@ func mcpTools() []*toolDef {
 				if bad := c.decode(&in); bad != nil {
 					return *bad
 				}
-				j, err := s.svc.Enqueue(ctx, in)
-				return answer(j, err, jobAnswerReply)
+				return jobAnswerReply(s.svc.Enqueue(ctx, in))
 			},
 		},
 		{
@@ -326,8 +321,7 @@ func mcpTools() []*toolDef {
 				if bad := c.decode(&in); bad != nil {
 					return *bad
 				}
-				j, err := s.svc.Claim(ctx, in)
-				return answer(j, err, jobAnswerReply)
+				return jobAnswerReply(s.svc.Claim(ctx, in))
 			},
 		},
 		{
@@ -343,8 +337,7 @@ func mcpTools() []*toolDef {
 				if bad != nil {
 					return *bad
 				}
-				q, err := s.svc.ReadQueue(ctx, service.ReadQueueRequest{Auth: a})
-				return answer(q, err, queueReply)
+				return queueReply(s.svc.ReadQueue(ctx, service.ReadQueueRequest{Auth: a}))
 			},
 		},
 		{
@@ -368,8 +361,7 @@ func mcpTools() []*toolDef {
 				if bad != nil {
 					return *bad
 				}
-				j, err := s.svc.ReadJob(ctx, service.ReadJobRequest{Auth: a, JobID: c.args.str("job_id"), Wait: time.Duration(c.args.waitSeconds()) * time.Second})
-				return answer(j, err, jobReadReply)
+				return jobReadReply(s.svc.ReadJob(ctx, service.ReadJobRequest{Auth: a, JobID: c.args.str("job_id"), Wait: time.Duration(c.args.waitSeconds()) * time.Second}))
 			},
 		},
 		{
@@ -414,8 +406,7 @@ func mcpTools() []*toolDef {
 				if bad != nil {
 					return *bad
 				}
-				j, err := s.svc.RetryJob(ctx, service.RetryJobRequest{Auth: a, JobID: c.args.str("job_id")})
-				return answer(j, err, jobAnswerReply)
+				return jobAnswerReply(s.svc.RetryJob(ctx, service.RetryJobRequest{Auth: a, JobID: c.args.str("job_id")}))
 			},
 		},
 		{
@@ -436,8 +427,7 @@ func mcpTools() []*toolDef {
 
 // receiptTool runs ack, release or renew: the worker token's queue and the
 // job id start the request newReq makes, the call's body fills in the rest.
-func receiptTool[R any](op func(*service.Service, context.Context, R) (service.JobAnswer, error),
-	newReq func(service.QueueAuth, string) *R) func(context.Context, *Server, *toolCall) reply {
+func receiptTool[R any](op receiptOp[R], newReq func(service.QueueAuth, string) *R) func(context.Context, *Server, *toolCall) reply {
 	return func(ctx context.Context, s *Server, c *toolCall) reply {
 		a, bad := c.queueAuth("worker_token")
 		if bad != nil {
@@ -447,8 +437,7 @@ func receiptTool[R any](op func(*service.Service, context.Context, R) (service.J
 		if bad := c.decode(in); bad != nil {
 			return *bad
 		}
-		j, err := op(s.svc, ctx, *in)
-		return answer(j, err, jobAnswerReply)
+		return jobAnswerReply(op(s.svc, ctx, *in))
 	}
 }
 

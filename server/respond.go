@@ -45,9 +45,13 @@ func kindStatus(k service.Kind) int {
 // status of its kind, its body, Retry-After and the bearer challenge. An
 // error that is not the service's is a 500.
 func errorReply(err error) reply {
-	var e *service.Error
-	if !errors.As(err, &e) {
-		return errReply(http.StatusInternalServerError, "internal error", nil)
+	e, ok := err.(*service.Error) // what the service returns, without an allocation
+	if !ok {
+		var wrapped *service.Error
+		if !errors.As(err, &wrapped) {
+			return errReply(http.StatusInternalServerError, "internal error", nil)
+		}
+		e = wrapped
 	}
 	b, berr := e.Body()
 	if berr != nil {
@@ -56,16 +60,14 @@ func errorReply(err error) reply {
 	return reply{Status: kindStatus(e.Kind), RetryAfter: e.RetryAfter, Bearer: e.Challenge, raw: b}
 }
 
-// answer is the reply to an operation: its success, or its error.
-func answer[T any](v T, err error, ok func(T) reply) reply {
+// The replies of the service's operations take what the operation
+// returned: its result, or the error that is the answer instead.
+
+// namespaceReply is the answer of a minted namespace.
+func namespaceReply(ns string, err error) reply {
 	if err != nil {
 		return errorReply(err)
 	}
-	return ok(v)
-}
-
-// namespaceReply is the answer of a minted namespace.
-func namespaceReply(ns string) reply {
 	return okReply(http.StatusOK, jsonenc.H{"namespace": ns, "entropy_bits": service.NamespaceEntropyBits})
 }
 
@@ -82,8 +84,11 @@ func heldBody(r *fsm.LeaseResult) jsonenc.H {
 	}
 }
 
-// leaseReply is the answer of a lease operation's success.
-func leaseReply(a service.LeaseAnswer) reply {
+// leaseReply is the answer of a lease operation.
+func leaseReply(a service.LeaseAnswer, err error) reply {
+	if err != nil {
+		return errorReply(err)
+	}
 	r := a.Result
 	switch r.Outcome {
 	case fsm.LeaseGranted:
@@ -125,20 +130,36 @@ func queueBody(q fsm.QueueView) jsonenc.H {
 }
 
 // queueCreatedReply is the answer of a new queue, with its role tokens.
-func queueCreatedReply(q service.QueueCreated) reply {
+func queueCreatedReply(q service.QueueCreated, err error) reply {
+	if err != nil {
+		return errorReply(err)
+	}
 	body := queueBody(q.Queue)
 	body["write_token"], body["worker_token"], body["read_token"] = q.WriteToken, q.WorkerToken, q.ReadToken
 	return okReply(http.StatusCreated, body)
 }
 
 // queueReply is the answer of a queue read.
-func queueReply(q fsm.QueueView) reply { return okReply(http.StatusOK, queueBody(q)) }
+func queueReply(q fsm.QueueView, err error) reply {
+	if err != nil {
+		return errorReply(err)
+	}
+	return okReply(http.StatusOK, queueBody(q))
+}
 
 // jobReadReply is the answer of a job read.
-func jobReadReply(j *fsm.JobView) reply { return jobReply(http.StatusOK, j, nil, nil) }
+func jobReadReply(j *fsm.JobView, err error) reply {
+	if err != nil {
+		return errorReply(err)
+	}
+	return jobReply(http.StatusOK, j, nil, nil)
+}
 
-// jobAnswerReply is the answer of a job operation's success.
-func jobAnswerReply(a service.JobAnswer) reply {
+// jobAnswerReply is the answer of a job operation.
+func jobAnswerReply(a service.JobAnswer, err error) reply {
+	if err != nil {
+		return errorReply(err)
+	}
 	r := a.Result
 	switch r.Outcome {
 	case fsm.JobCreated, fsm.JobDeduplicated:
@@ -151,7 +172,11 @@ func jobAnswerReply(a service.JobAnswer) reply {
 	case fsm.QueueEmpty:
 		return okReply(http.StatusOK, jsonenc.H{"job": nil})
 	case fsm.JobClaimed, fsm.JobAcked, fsm.JobReleased, fsm.JobRenewed, fsm.JobRetried:
-		return jobReply(http.StatusOK, r.Job, a.Receipt, nil)
+		var receipt *string
+		if a.Receipt != "" {
+			receipt = &a.Receipt
+		}
+		return jobReply(http.StatusOK, r.Job, receipt, nil)
 	}
 	return errReply(http.StatusInternalServerError, "unexpected queue outcome "+r.Outcome.String(), nil)
 }

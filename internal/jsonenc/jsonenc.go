@@ -48,12 +48,38 @@ func Encode(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
+// EncodeUnion encodes the members of x and y as one object, as Encode
+// would encode a map holding both; a name in both takes y's value.
+func EncodeUnion(x, y H) ([]byte, error) {
+	if b, ok := appendUnion(make([]byte, 0, 512), x, y); ok {
+		return b, nil
+	}
+	m := make(H, len(x)+len(y))
+	for k, v := range x {
+		m[k] = v
+	}
+	for k, v := range y {
+		m[k] = v
+	}
+	return Encode(m)
+}
+
 // appendH appends h as a JSON object with sorted keys; ok is false when a
 // value has a type it does not know.
-func appendH(b []byte, h H) ([]byte, bool) {
+func appendH(b []byte, h H) ([]byte, bool) { return appendUnion(b, h, nil) }
+
+// appendUnion appends the members of x and y as one JSON object with
+// sorted keys, y's value for a name in both; ok is false when a value has a
+// type it does not know.
+func appendUnion(b []byte, x, y H) ([]byte, bool) {
 	var small [16]string
 	keys := small[:0]
-	for k := range h {
+	for k := range x {
+		if _, dup := y[k]; !dup {
+			keys = append(keys, k)
+		}
+	}
+	for k := range y {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
@@ -64,8 +90,12 @@ func appendH(b []byte, h H) ([]byte, bool) {
 		}
 		b = AppendString(b, k)
 		b = append(b, ':')
+		v, inY := y[k]
+		if !inY {
+			v = x[k]
+		}
 		var ok bool
-		if b, ok = appendValue(b, h[k]); !ok {
+		if b, ok = appendValue(b, v); !ok {
 			return b, false
 		}
 	}

@@ -77,15 +77,11 @@ func (e *Error) Body() ([]byte, error) {
 	if e.body != nil {
 		return e.body, nil
 	}
-	h := make(jsonenc.H, 3+len(e.Extra))
-	for k, v := range e.Extra {
-		h[k] = v
-	}
-	h["ok"], h["error"] = false, e.Message
+	fixed := jsonenc.H{"ok": false, "error": e.Message}
 	if e.Field != "" {
-		h["field"] = e.Field
+		fixed["field"] = e.Field
 	}
-	return jsonenc.Encode(h)
+	return jsonenc.EncodeUnion(e.Extra, fixed)
 }
 
 // Fail is an Error of kind k with a message and optional extra body fields.

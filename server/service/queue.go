@@ -109,10 +109,11 @@ type QueueCreated struct {
 
 // JobAnswer is a job operation's success: the state machine's result (a
 // job created or deduplicated, claimed, acked, released, renewed or
-// retried, or an empty queue) and, for a claim, the secret receipt.
+// retried, or an empty queue) and, for a claim, the secret receipt ("" for
+// every other operation).
 type JobAnswer struct {
 	Result  *fsm.QueueResult
-	Receipt *string
+	Receipt string
 }
 
 // parseJobID validates a job id.
@@ -198,7 +199,7 @@ func (s *Service) Enqueue(ctx context.Context, in EnqueueRequest) (JobAnswer, er
 			return JobAnswer{}, bad
 		}
 		if r.Outcome != fsm.JobIDTaken {
-			return jobAnswer(r, nil)
+			return jobAnswer(r, "")
 		}
 	}
 	return JobAnswer{}, Fail(KindInternal, "could not allocate a unique job id", nil)
@@ -222,40 +223,40 @@ func (s *Service) Claim(ctx context.Context, in ClaimRequest) (JobAnswer, error)
 	if bad != nil {
 		return JobAnswer{}, bad
 	}
-	return jobAnswer(r, &receipt)
+	return jobAnswer(r, receipt)
 }
 
 // AckJob marks a claimed job completed.
 func (s *Service) AckJob(ctx context.Context, in AckJobRequest) (JobAnswer, error) {
-	return s.receiptOp(ctx, in.Auth, in.JobID, in.Receipt, func(q QueueAuth, job secret.ID, rh secret.Hash) (*leaderOp, *Error) {
-		return &leaderOp{cmd: &fsm.JobAck{Queue: q.queue, Token: q.token, Job: job, Receipt: rh}}, nil
+	return s.receiptOp(ctx, in.Auth, in.JobID, in.Receipt, func(q QueueAuth, job secret.ID, rh secret.Hash) (leaderOp, *Error) {
+		return leaderOp{cmd: &fsm.JobAck{Queue: q.queue, Token: q.token, Job: job, Receipt: rh}}, nil
 	})
 }
 
 // ReleaseJob gives a claimed job back, to be claimed again after its delay.
 func (s *Service) ReleaseJob(ctx context.Context, in ReleaseJobRequest) (JobAnswer, error) {
-	return s.receiptOp(ctx, in.Auth, in.JobID, in.Receipt, func(q QueueAuth, job secret.ID, rh secret.Hash) (*leaderOp, *Error) {
+	return s.receiptOp(ctx, in.Auth, in.JobID, in.Receipt, func(q QueueAuth, job secret.ID, rh secret.Hash) (leaderOp, *Error) {
 		var delay int64
 		if in.DelaySeconds != nil {
 			if delay = *in.DelaySeconds; delay < 0 || delay > fsm.MaxReleaseDelaySeconds {
-				return nil, Invalid("delay_seconds", fmt.Sprintf("must be an integer from 0 to %d", fsm.MaxReleaseDelaySeconds))
+				return leaderOp{}, Invalid("delay_seconds", fmt.Sprintf("must be an integer from 0 to %d", fsm.MaxReleaseDelaySeconds))
 			}
 		}
-		return &leaderOp{cmd: &fsm.JobRelease{Queue: q.queue, Token: q.token, Job: job, Receipt: rh, DelaySeconds: delay}}, nil
+		return leaderOp{cmd: &fsm.JobRelease{Queue: q.queue, Token: q.token, Job: job, Receipt: rh, DelaySeconds: delay}}, nil
 	})
 }
 
 // RenewJob extends a claim's visibility window.
 func (s *Service) RenewJob(ctx context.Context, in RenewJobRequest) (JobAnswer, error) {
-	return s.receiptOp(ctx, in.Auth, in.JobID, in.Receipt, func(q QueueAuth, job secret.ID, rh secret.Hash) (*leaderOp, *Error) {
-		return &leaderOp{cmd: &fsm.JobRenew{Queue: q.queue, Token: q.token, Job: job, Receipt: rh}, visibility: in.VisibilityTimeout}, nil
+	return s.receiptOp(ctx, in.Auth, in.JobID, in.Receipt, func(q QueueAuth, job secret.ID, rh secret.Hash) (leaderOp, *Error) {
+		return leaderOp{cmd: &fsm.JobRenew{Queue: q.queue, Token: q.token, Job: job, Receipt: rh}, visibility: in.VisibilityTimeout}, nil
 	})
 }
 
 // receiptOp validates the job id and the receipt of ack, release or renew
 // and runs the operation build makes of them.
 func (s *Service) receiptOp(ctx context.Context, a QueueAuth, jobID string, receipt *string,
-	build func(QueueAuth, secret.ID, secret.Hash) (*leaderOp, *Error)) (JobAnswer, error) {
+	build func(QueueAuth, secret.ID, secret.Hash) (leaderOp, *Error)) (JobAnswer, error) {
 	job, bad := parseJobID(jobID)
 	if bad != nil {
 		return JobAnswer{}, bad
@@ -270,11 +271,11 @@ func (s *Service) receiptOp(ctx context.Context, a QueueAuth, jobID string, rece
 	if bad != nil {
 		return JobAnswer{}, bad
 	}
-	r, bad := s.leadQueue(ctx, op)
+	r, bad := s.leadQueue(ctx, &op)
 	if bad != nil {
 		return JobAnswer{}, bad
 	}
-	return jobAnswer(r, nil)
+	return jobAnswer(r, "")
 }
 
 // RetryJob moves a failed job back to pending (write token).
@@ -287,7 +288,7 @@ func (s *Service) RetryJob(ctx context.Context, in RetryJobRequest) (JobAnswer, 
 	if bad != nil {
 		return JobAnswer{}, bad
 	}
-	return jobAnswer(r, nil)
+	return jobAnswer(r, "")
 }
 
 // ReadQueue reads a queue's counts.
@@ -344,7 +345,7 @@ func (s *Service) leadQueue(ctx context.Context, op *leaderOp) (*fsm.QueueResult
 // jobAnswer is the answer of a job operation's outcome: a success, or the
 // error that states why not. receipt is the raw receipt of a claim, which
 // only the node that took the claim knows.
-func jobAnswer(r *fsm.QueueResult, receipt *string) (JobAnswer, error) {
+func jobAnswer(r *fsm.QueueResult, receipt string) (JobAnswer, error) {
 	switch r.Outcome {
 	case fsm.JobCreated, fsm.JobDeduplicated, fsm.QueueEmpty,
 		fsm.JobClaimed, fsm.JobAcked, fsm.JobReleased, fsm.JobRenewed, fsm.JobRetried:
