@@ -88,9 +88,10 @@ func (s *Server) onLeader(allowStale bool) gin.HandlerFunc {
 }
 
 // apiRoute routes an API request whose operation runs on the leader: its
-// handler runs here, reaching the leader through the peer link, unless the
-// leader refused this node a link; then the request is forwarded as a REST
-// request. A request a proven peer forwarded runs here or nowhere.
+// handler runs here, the service reaching the leader through the peer link,
+// unless the service says the request must be forwarded as a REST request
+// (the leader refused this node a link). A request a proven peer forwarded
+// runs here or nowhere.
 func (s *Server) apiRoute(allowStale bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if allowStale && (c.Query("stale") == "true" || service.PlantedStaleRead) {
@@ -101,11 +102,14 @@ func (s *Server) apiRoute(allowStale bool) gin.HandlerFunc {
 		if fwd {
 			c.Request = c.Request.WithContext(service.WithForwarded(c.Request.Context()))
 		}
-		if fwd || s.node.IsLeader() || s.svc.LinkUsable() {
+		switch addr, bad := s.svc.RESTForwardTarget(c.Request.Context(), fwd); {
+		case bad != nil:
+			errorReply(bad).write(c)
+		case addr == "":
 			c.Next()
-			return
+		default:
+			s.forward(c, addr)
 		}
-		s.forwardOrServe(c, false)
 	}
 }
 

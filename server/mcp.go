@@ -163,20 +163,20 @@ func (s *Server) toolHandler(t *toolDef) mcp.ToolHandler {
 	}
 }
 
-// runTool runs a tool where the REST API would: leader-only tools directly
-// through the service layer on the leader, and from any other node as the
-// equivalent REST request sent once to the leader. It returns the HTTP
-// status and JSON body the REST API answers with.
+// runTool runs a tool where the REST API would: through the service, which
+// runs leader-only tools on the leader (here, or over the peer link), or,
+// when the leader refused this node a link, as the equivalent REST request
+// sent once to the leader. It returns the HTTP status and JSON body the REST
+// API answers with.
 func (s *Server) runTool(ctx context.Context, t *toolDef, call *toolCall) (int, []byte) {
-	if !t.leaderOnly || s.node.IsLeader() || s.svc.LinkUsable() {
-		// The service layer reaches the leader itself, over the peer link.
+	if !t.leaderOnly {
 		return replyJSON(t.local(ctx, s, call))
 	}
-	local, addr, bad := s.svc.LeaderTarget(ctx, false)
+	addr, bad := s.svc.RESTForwardTarget(ctx, false)
 	switch {
 	case bad != nil:
 		return replyJSON(errorReply(bad))
-	case local:
+	case addr == "":
 		return replyJSON(t.local(ctx, s, call))
 	}
 	req := leaderRequest{

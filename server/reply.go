@@ -46,9 +46,6 @@ func (r reply) write(c *gin.Context) {
 	c.Data(r.Status, "application/json; charset=utf-8", b)
 }
 
-// ok reports whether the reply is a success.
-func (r reply) ok() bool { return r.Status >= 200 && r.Status < 300 }
-
 func okReply(status int, body jsonenc.H) reply {
 	body["ok"] = true
 	return reply{Status: status, Body: body}

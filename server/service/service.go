@@ -67,10 +67,19 @@ func (s *Service) Close() { s.links.close() }
 // RegisterMetrics adds the waiting requests and the hand-overs to reg.
 func (s *Service) RegisterMetrics(reg *prometheus.Registry) { s.waits.register(reg) }
 
-// LinkUsable reports whether operations for the current leader go over the
-// peer link (false when that leader refused one lately: the HTTP layer
-// forwards REST requests then).
-func (s *Service) LinkUsable() bool { return s.links.usable() }
+// RESTForwardTarget says whether an API request the HTTP layer received
+// must reach the leader as a REST request instead of through the service:
+// only when this node does not lead, the request was not forwarded to it
+// already, and the leader refused this node a peer link lately. leaderHTTP
+// is then the leader's HTTP address ("" when the service runs the request),
+// and bad the failure when it can run nowhere.
+func (s *Service) RESTForwardTarget(ctx context.Context, forwarded bool) (leaderHTTP string, bad *Error) {
+	if forwarded || s.node.IsLeader() || s.links.usable() {
+		return "", nil
+	}
+	_, leaderHTTP, bad = s.LeaderTarget(ctx, false)
+	return leaderHTTP, bad
+}
 
 // callerDeadlineKey holds, in a context, the time by which a node waiting
 // for a leader stops waiting.
