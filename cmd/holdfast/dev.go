@@ -37,6 +37,11 @@ the same --dir refuses to start until they are stopped. Started again on
 the same --dir, the cluster keeps its data and its addresses (recorded in
 <dir>/ports.json).
 
+A node that stops while the cluster runs (it crashed, or you killed it to
+try a failover) is named on stderr and started again after 3s on the same
+data and addresses; the others keep serving meanwhile. A node that stops 3
+times within 2 minutes is left down, with the command line that starts it.
+
 `)
 		fs.PrintDefaults()
 	}

@@ -16,6 +16,12 @@
 // signal may then come more than once, so the node may exit at once rather
 // than gracefully); elsewhere such nodes keep running, and the next Run on
 // the directory refuses to start while they answer.
+//
+// Once the cluster is ready, a node that exits (a crash, kill -9, a SIGTERM
+// from elsewhere) is named and started again after a pause on the same
+// data directory and addresses, while the others keep serving, as a real
+// cluster's supervisor would; one that keeps exiting is left down, with the
+// command line that starts it.
 package devcluster
 
 import (
@@ -47,6 +53,9 @@ const (
 	DefaultDir          = "./holdfast-dev"
 	DefaultReadyTimeout = 60 * time.Second
 	DefaultStopTimeout  = 20 * time.Second
+	DefaultRestartDelay = 3 * time.Second
+	DefaultCrashLimit   = 3
+	DefaultCrashWindow  = 2 * time.Minute
 )
 
 // File names inside the dev directory.
@@ -89,7 +98,8 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Signals are the stop requests: the first stops every node gracefully
 	// (Run sends one SIGTERM to each node still running), a second kills
-	// them. Nil: Run returns only when a node fails.
+	// them. Nil: Run returns only when a node fails to start or to become
+	// ready.
 	Signals <-chan os.Signal
 	// ReadyTimeout bounds the wait for every node to answer 200 on
 	// /readyz (default 60s).
@@ -97,6 +107,13 @@ type Config struct {
 	// StopTimeout bounds a graceful stop before the nodes still running
 	// are killed (default 20s).
 	StopTimeout time.Duration
+	// RestartDelay is the pause before a node that exited while the
+	// cluster ran is started again (default 3s).
+	RestartDelay time.Duration
+	// CrashLimit and CrashWindow: a node that exits CrashLimit times within
+	// CrashWindow is left down (defaults 3 and 2 minutes).
+	CrashLimit  int
+	CrashWindow time.Duration
 }
 
 // UsageError is an error in what the caller asked for: a bad node count, or
@@ -152,10 +169,16 @@ type node struct {
 	dataDir string
 	logPath string
 
+	args []string // the command line after the executable
+
 	cmd   *exec.Cmd
 	done  chan struct{} // closed once the process has exited and state is set
 	state string        // "exit status 0", "signal: killed", ...
 	ok    bool          // exited with status 0
+
+	exitTimes []time.Time // its exits while the cluster ran, within CrashWindow
+	down      bool        // left down after too many exits
+	restartAt *time.Timer // the pause before its restart, while one runs
 }
 
 func (n *node) exited() bool {
@@ -176,14 +199,28 @@ type cluster struct {
 	nodes []*node
 	moved bool // some recorded address was taken and re-picked
 	exits chan *node
+	env   []string
+
+	// spawn carries (re)starts to the goroutine locked to its OS thread
+	// (see start).
+	spawn chan spawnRequest
+	// restarts receives a node whose restart pause is over.
+	restarts chan *node
+}
+
+// spawnRequest asks the spawning goroutine to start n again.
+type spawnRequest struct {
+	n    *node
+	errc chan error
 }
 
 // Run starts the cluster, waits until every node is ready, prints the
-// nodes' addresses and blocks until a stop signal or until a node exits
-// unexpectedly. It returns nil after a signal once every node stopped
-// cleanly; a *UsageError for a bad Config or directory; a *NodeError when a
-// node fails to start, to become ready or to keep running (the other nodes
-// are stopped first).
+// nodes' addresses and blocks until a stop signal. A node that exits
+// meanwhile is started again after RestartDelay while the others keep
+// serving (see wait). It returns nil after a signal once every node
+// stopped cleanly; a *UsageError for a bad Config or directory; a
+// *NodeError when a node fails to start or to become ready (the other
+// nodes are stopped first).
 func Run(cfg Config) error {
 	cfg, err := withDefaults(cfg)
 	if err != nil {
@@ -260,6 +297,15 @@ func withDefaults(cfg Config) (Config, error) {
 	}
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.RestartDelay <= 0 {
+		cfg.RestartDelay = DefaultRestartDelay
+	}
+	if cfg.CrashLimit <= 0 {
+		cfg.CrashLimit = DefaultCrashLimit
+	}
+	if cfg.CrashWindow <= 0 {
+		cfg.CrashWindow = DefaultCrashWindow
 	}
 	return cfg, nil
 }
@@ -505,7 +551,8 @@ func nodeEnv(env []string) []string {
 }
 
 // start starts every node (see startNodes) from a goroutine locked to its
-// OS thread until ended is closed. On Linux the kernel sends a node its
+// OS thread until ended is closed, which also starts again every node that
+// exited (requests on c.spawn). On Linux the kernel sends a node its
 // Pdeathsig when the thread that forked it exits, not only the process,
 // and the Go runtime ends a thread whenever a goroutine locked to it
 // returns (in any package, on whatever thread it was scheduled); a thread
@@ -515,10 +562,18 @@ func nodeEnv(env []string) []string {
 // left to signal. (Elsewhere the lock is not needed; it costs one thread.)
 func (c *cluster) start(members []member, ended <-chan struct{}) error {
 	errc := make(chan error, 1)
+	c.spawn = make(chan spawnRequest)
 	go func() {
 		runtime.LockOSThread()
 		errc <- c.startNodes(members)
-		<-ended
+		for {
+			select {
+			case r := <-c.spawn:
+				r.errc <- c.startNode(r.n)
+			case <-ended:
+				return
+			}
+		}
 	}()
 	return <-errc
 }
@@ -526,22 +581,30 @@ func (c *cluster) start(members []member, ended <-chan struct{}) error {
 // startNodes starts every node and records their process ids.
 func (c *cluster) startNodes(members []member) error {
 	c.exits = make(chan *node, len(members))
-	env := nodeEnv(c.cfg.Env)
+	c.restarts = make(chan *node, len(members))
+	c.env = nodeEnv(c.cfg.Env)
 	for i, m := range members {
 		n := &node{
 			member:  m,
 			dataDir: filepath.Join(c.dir, m.ID),
 			logPath: filepath.Join(c.dir, m.ID+".log"),
-			done:    make(chan struct{}),
+			args:    nodeArgs(c.dir, members, i),
 		}
-		if err := c.startNode(n, nodeArgs(c.dir, members, i), env); err != nil {
+		if err := c.startNode(n); err != nil {
 			return err
 		}
 		c.nodes = append(c.nodes, n)
 	}
+	return c.recordPids()
+}
+
+// recordPids writes the running nodes' process ids to the pids file.
+func (c *cluster) recordPids() error {
 	var pids strings.Builder
 	for _, n := range c.nodes {
-		fmt.Fprintf(&pids, "%s %d\n", n.ID, n.cmd.Process.Pid)
+		if !n.exited() {
+			fmt.Fprintf(&pids, "%s %d\n", n.ID, n.cmd.Process.Pid)
+		}
 	}
 	if err := atomicfile.Write(filepath.Join(c.dir, PidsFile), []byte(pids.String())); err != nil {
 		return fmt.Errorf("record the process ids: %w", err)
@@ -549,7 +612,9 @@ func (c *cluster) startNodes(members []member) error {
 	return nil
 }
 
-func (c *cluster) startNode(n *node, args, env []string) error {
+// startNode starts n's process; it must run on the spawning goroutine.
+func (c *cluster) startNode(n *node) error {
+	args := n.args
 	if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
 		return fmt.Errorf("create the data directory of %s: %w", n.ID, err)
 	}
@@ -561,7 +626,7 @@ func (c *cluster) startNode(n *node, args, env []string) error {
 	fmt.Fprintf(f, "=== holdfast dev: starting %s at %s: %s %s\n", n.ID, time.Now().Format(time.RFC3339), c.cfg.Executable, strings.Join(args, " "))
 	cmd := exec.Command(c.cfg.Executable, args...)
 	cmd.Dir = c.dir
-	cmd.Env = env
+	cmd.Env = c.env
 	cmd.Stdout = f
 	cmd.Stderr = f
 	// A process group of its own: a terminal's Ctrl-C or SIGHUP reaches
@@ -575,6 +640,7 @@ func (c *cluster) startNode(n *node, args, env []string) error {
 		return fmt.Errorf("start %s (%s): %w", n.ID, c.cfg.Executable, err)
 	}
 	n.cmd = cmd
+	n.done = make(chan struct{})
 	go func() {
 		err := cmd.Wait()
 		switch {
@@ -712,19 +778,60 @@ func (c *cluster) printTable() {
 		fmt.Fprintf(w, "%s  http://%s  raft %s  data %s  log %s\n", n.ID, n.HTTPAddr, n.RaftAddr, n.dataDir, n.logPath)
 	}
 	fmt.Fprintf(w, "export HOLDFAST_ADDR=%s\n", strings.Join(addrs, ","))
-	fmt.Fprintf(w, "every node is ready; Ctrl-C stops them all\n")
+	fmt.Fprintf(w, "every node is ready; Ctrl-C stops them all (a node that stops is started again after %v)\n", c.cfg.RestartDelay)
 }
 
-// wait blocks until a signal (then stops the nodes and returns nil) or an
-// unexpected exit.
+// wait runs the cluster until a signal, then stops the nodes and returns
+// nil. A node that exits meanwhile is started again after RestartDelay, as
+// a supervisor would, while the others keep serving; one that exits
+// CrashLimit times within CrashWindow is left down.
 func (c *cluster) wait() error {
-	select {
-	case sig := <-c.cfg.Signals:
-		c.beginStop(sig)
-		return nil
-	case n := <-c.exits:
-		_, err := c.handleExit(n, "exited unexpectedly")
-		return err
+	for {
+		select {
+		case sig := <-c.cfg.Signals:
+			c.beginStop(sig)
+			return nil
+		case n := <-c.exits:
+			c.nodeExited(n)
+		case n := <-c.restarts:
+			c.restart(n)
+		}
+	}
+}
+
+// nodeExited says which node stopped and how, then schedules its restart
+// or leaves it down.
+func (c *cluster) nodeExited(n *node) {
+	now := time.Now()
+	n.exitTimes = append(slices.DeleteFunc(n.exitTimes, func(t time.Time) bool { return now.Sub(t) >= c.cfg.CrashWindow }), now)
+	if err := c.recordPids(); err != nil {
+		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %v\n", err)
+	}
+	if len(n.exitTimes) >= c.cfg.CrashLimit {
+		n.down = true
+		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s), %d times within %v: leaving it down; the others keep serving. "+
+			"Its log is %s; to bring it back, start holdfast dev again (Ctrl-C, then the same command), or run it yourself: %s %s\n",
+			n.ID, n.state, len(n.exitTimes), c.cfg.CrashWindow, n.logPath, c.cfg.Executable, strings.Join(n.args, " "))
+		return
+	}
+	fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s); the others keep serving; restarting it in %v (log %s)\n",
+		n.ID, n.state, c.cfg.RestartDelay, n.logPath)
+	n.restartAt = time.AfterFunc(c.cfg.RestartDelay, func() { c.restarts <- n })
+}
+
+// restart starts n again, on the spawning goroutine.
+func (c *cluster) restart(n *node) {
+	n.restartAt = nil
+	r := spawnRequest{n: n, errc: make(chan error, 1)}
+	c.spawn <- r
+	if err := <-r.errc; err != nil {
+		n.down = true
+		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s could not be restarted: %v; leaving it down\n", n.ID, err)
+		return
+	}
+	fmt.Fprintf(c.cfg.Stderr, "holdfast dev: restarted %s (pid %d)\n", n.ID, n.cmd.Process.Pid)
+	if err := c.recordPids(); err != nil {
+		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %v\n", err)
 	}
 }
 
@@ -743,6 +850,8 @@ func (c *cluster) finishStop() error {
 	for _, n := range c.nodes {
 		if !n.exited() {
 			bad = append(bad, fmt.Sprintf("%s (still running as pid %d)", n.ID, n.cmd.Process.Pid))
+		} else if n.down {
+			bad = append(bad, fmt.Sprintf("%s (left down after it exited %d times, last %s; log %s)", n.ID, len(n.exitTimes), n.state, n.logPath))
 		} else if !n.ok {
 			bad = append(bad, fmt.Sprintf("%s (%s, log %s)", n.ID, n.state, n.logPath))
 		}
@@ -762,6 +871,11 @@ func (c *cluster) finishStop() error {
 // second signal), then SIGKILL after StopTimeout or on a signal from
 // Config.Signals.
 func (c *cluster) stopAll() {
+	for _, n := range c.nodes {
+		if n.restartAt != nil {
+			n.restartAt.Stop()
+		}
+	}
 	deadline := time.NewTimer(c.cfg.StopTimeout)
 	defer deadline.Stop()
 	for _, n := range c.nodes {
