@@ -34,6 +34,7 @@ type Node struct {
 	wal       *raftlog.Store        // nil when the log is in bolt
 	watched   *watchedLog           // the log store below Raft's log cache
 	storage   *storageHealth
+	peers     *peerLogs // sums up the Raft library's failed calls to peers
 
 	notifyCh   chan bool
 	proposeCh  chan *proposal
@@ -77,7 +78,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 3, quietLogger{cfg.Logger.Named("snapshots"), n.storage})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 3, quietLogger{cfg.Logger.Named("snapshots"), n.storage, nil})
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
@@ -130,6 +131,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 
 	n.goLoop(n.watchLeadership)
+	n.goLoop(n.watchPeers)
 	n.goLoop(n.flush)
 	n.goLoop(n.registerLoop)
 	n.goLoop(n.clockLoop)
@@ -324,7 +326,9 @@ func (n *Node) closeStores() {
 func (n *Node) raftConfig() *raft.Config {
 	c := raft.DefaultConfig()
 	c.LocalID = raft.ServerID(n.cfg.NodeID)
-	c.Logger = quietLogger{n.cfg.Logger.Named("raft"), n.storage}
+	raftLog := n.cfg.Logger.Named("raft")
+	n.peers = newPeerLogs(raftLog, nil)
+	c.Logger = quietLogger{raftLog, n.storage, n.peers}
 	c.NotifyCh = n.notifyCh
 	c.BatchApplyCh = true
 	c.MaxAppendEntries = n.cfg.MaxAppendEntries

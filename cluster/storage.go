@@ -275,16 +275,19 @@ func (h *storageHealth) holdBack(msg string) bool {
 
 // quietLogger is the Raft library's logger: it holds back the lines that
 // repeat an ongoing storage fault (the fault's own start and end lines say
-// it once per episode) and passes everything else on.
+// it once per episode) and, with peers set, sums up failed calls to a peer
+// (see peerLogs); it passes everything else on.
 type quietLogger struct {
 	hclog.Logger
-	h *storageHealth
+	h     *storageHealth
+	peers *peerLogs
 }
 
 func (l quietLogger) Log(level hclog.Level, msg string, args ...interface{}) {
-	if !l.h.holdBack(msg) {
-		l.Logger.Log(level, msg, args...)
+	if l.h.holdBack(msg) || (l.peers != nil && l.peers.holdBack(msg, args)) {
+		return
 	}
+	l.Logger.Log(level, msg, args...)
 }
 
 func (l quietLogger) Trace(msg string, args ...interface{}) { l.Log(hclog.Trace, msg, args...) }
@@ -295,17 +298,17 @@ func (l quietLogger) Error(msg string, args ...interface{}) { l.Log(hclog.Error,
 
 // With returns a quiet logger with the arguments added.
 func (l quietLogger) With(args ...interface{}) hclog.Logger {
-	return quietLogger{l.Logger.With(args...), l.h}
+	return quietLogger{l.Logger.With(args...), l.h, l.peers}
 }
 
 // Named returns a quiet sub-logger.
 func (l quietLogger) Named(name string) hclog.Logger {
-	return quietLogger{l.Logger.Named(name), l.h}
+	return quietLogger{l.Logger.Named(name), l.h, l.peers}
 }
 
 // ResetNamed returns a quiet logger with its name replaced.
 func (l quietLogger) ResetNamed(name string) hclog.Logger {
-	return quietLogger{l.Logger.ResetNamed(name), l.h}
+	return quietLogger{l.Logger.ResetNamed(name), l.h, l.peers}
 }
 
 // errStayOut is why voteGate sends no vote request.

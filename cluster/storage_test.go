@@ -139,7 +139,7 @@ func TestPoisonedStoreIsFatal(t *testing.T) {
 func TestQuietLoggerHoldsBackRepeats(t *testing.T) {
 	h, _, _ := testHealth(t)
 	out := &testutil.SyncBuffer{}
-	var log hclog.Logger = quietLogger{hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Trace}), h}
+	var log hclog.Logger = quietLogger{hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Trace}), h, nil}
 	log = log.Named("raft").With("node", "n1")
 	log.Error("failed to commit logs", "error", "x")
 	h.report(StorageLog, noSpace("x"))
