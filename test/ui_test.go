@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,35 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Error(p)
 	}
 
+	// The second answer is asked for a second after the first, so rates
+	// show before the two-second refresh: the browser runs 1.5 s of the
+	// page's time.
+	quick := append(slices.Clone(args[:len(args)-1]), "--virtual-time-budget=1500", "--dump-dom", url)
+	dom, err := exec.CommandContext(ctx, browser, quick...).Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom %s: %v", url, err)
+	}
+	if got := regexp.MustCompile(`<dd id="request_rate">([^<]*)</dd>`).FindStringSubmatch(string(dom)); got == nil || !regexp.MustCompile(`^\d[\d,]*\.\d$`).MatchString(got[1]) {
+		t.Errorf("after 1.5 s the page shows request_rate %q, want a rate like 12.5", got)
+	}
+
+	// A member that stops is shown with a short reason.
+	stopped := harness.Except(c.Nodes(), leader, follower)[0]
+	c.Kill(stopped)
+	for attempt := 0; attempt < 3; attempt++ {
+		dom, err := exec.CommandContext(ctx, browser, append(args, "--dump-dom", url)...).Output()
+		if err != nil {
+			t.Fatalf("chromium --dump-dom %s: %v", url, err)
+		}
+		if problems = unreachableRowProblems(string(dom), stopped.ID); len(problems) == 0 {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+
 	dir := os.Getenv(uiArtifactsEnv)
 	if dir == "" {
 		dir = t.TempDir()
@@ -138,7 +168,7 @@ func statusPageProblems(page, leaderID, nodeID string, secrets []string) []strin
 			out = append(out, fmt.Sprintf("member %s shows as unreachable: %s", row[1], row[2]))
 		}
 	}
-	for id, want := range map[string]string{"leases": "3", "leases_held": "2", "queues": "1", "jobs_pending": "1", "jobs_claimed": "1", "jobs_completed": "0", "jobs_failed": "0", "max_leases": "2000000", "max_queues": "20000"} {
+	for id, want := range map[string]string{"leases": "3", "leases_held": "2", "queues": "1", "jobs_pending": "1", "jobs_claimed": "1", "jobs_completed": "0", "jobs_failed": "0", "max_leases": "2,000,000", "max_queues": "20,000"} {
 		got := regexp.MustCompile(`<dd id="` + id + `">([^<]*)</dd>`).FindStringSubmatch(page)
 		if got == nil || got[1] != want {
 			out = append(out, fmt.Sprintf("the page shows %s = %q, want %s", id, got, want))
@@ -148,6 +178,28 @@ func statusPageProblems(page, leaderID, nodeID string, secrets []string) []strin
 		if strings.Contains(page, s) {
 			out = append(out, "the page shows a secret")
 		}
+	}
+	return out
+}
+
+// unreachableRowProblems checks the row of a member that cannot be asked:
+// a short reason in the cell, the whole error in its tooltip.
+func unreachableRowProblems(page, id string) []string {
+	row := regexp.MustCompile(`<tr data-id="` + id + `"[^>]*>(.*?)</tr>`).FindStringSubmatch(page)
+	if row == nil {
+		return []string{"no row for the stopped member " + id}
+	}
+	cells := regexp.MustCompile(`<td([^>]*)>([^<]*)</td>`).FindAllStringSubmatch(row[1], -1)
+	if len(cells) == 0 {
+		return []string{"the stopped member's row has no cells: " + row[1]}
+	}
+	last := cells[len(cells)-1]
+	var out []string
+	if last[2] != "connection refused" {
+		out = append(out, fmt.Sprintf("the stopped member's reason is %q, want \"connection refused\"", last[2]))
+	}
+	if !strings.Contains(last[1], `title="`) || !strings.Contains(last[1], "dial tcp") {
+		out = append(out, fmt.Sprintf("the stopped member's reason has no tooltip with the whole error: <td%s>", last[1]))
 	}
 	return out
 }
