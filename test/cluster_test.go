@@ -1,6 +1,5 @@
 //go:build unix
 
-// Package test holds black-box tests that run real holdfast processes.
 package test
 
 import (

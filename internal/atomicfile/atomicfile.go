@@ -1,5 +1,3 @@
-// Package atomicfile writes a file so that it holds either its old content
-// or all of the new, whatever happens during the write.
 package atomicfile
 
 import (

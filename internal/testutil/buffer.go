@@ -1,4 +1,3 @@
-// Package testutil holds small helpers the tests of several packages share.
 package testutil
 
 import (

@@ -20,7 +20,8 @@
 // Rules it keeps: every wait polls with a deadline, every process is killed
 // in t.Cleanup even when the test fails, traffic goes only to 127.0.0.1, and
 // the package holds no package-level mutable state (the binary path and the
-// port allocator travel in an Env).
+// port allocator travel in an Env). It must never leave a process running
+// after its test, nor send traffic anywhere else.
 //
 // An Env's CheckResponse sees every answer Node.Do and Node.DoWith receive;
 // the end-to-end tests set it to an OpenAPIChecker, so each answer must be

@@ -1,4 +1,3 @@
-// Package pkitest makes CAs and certificates on disk for tests.
 package pkitest
 
 import (
