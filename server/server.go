@@ -51,15 +51,8 @@ type Server struct {
 
 // New builds the router for cfg.Node.
 func New(cfg Config) *Server {
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
-	}
-	if cfg.LeaderWait <= 0 {
-		cfg.LeaderWait = 3 * time.Second
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 10 * time.Second
-	}
+	d := service.Config{Logger: cfg.Logger, LeaderWait: cfg.LeaderWait, RequestTimeout: cfg.RequestTimeout}.WithDefaults()
+	cfg.Logger, cfg.LeaderWait, cfg.RequestTimeout = d.Logger, d.LeaderWait, d.RequestTimeout
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = 10 * time.Second
 	}

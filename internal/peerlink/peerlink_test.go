@@ -17,32 +17,41 @@ import (
 // busyAnswer is the refusal of a call the server did not run.
 func busyAnswer(_ context.Context, req []byte) []byte { return append([]byte("busy:"), req...) }
 
-// pair returns a client connected to a server running h over loopback TCP.
-func pair(t *testing.T, h Handler) (*Client, func()) {
+// serveOne serves the first connection to a loopback listener with h, at
+// most maxInFlight calls at once, until ctx ends; it returns a connection
+// to it and the channel Serve's error arrives on.
+func serveOne(t *testing.T, ctx context.Context, maxInFlight int, h Handler) (net.Conn, <-chan error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() {
+		defer ln.Close()
 		conn, err := ln.Accept()
 		if err != nil {
 			served <- err
 			return
 		}
-		served <- Serve(ctx, conn, nil, 128, h, busyAnswer)
+		served <- Serve(ctx, conn, nil, maxInFlight, h, busyAnswer)
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return conn, served
+}
+
+// pair returns a client connected to a server running h over loopback TCP.
+func pair(t *testing.T, h Handler) (*Client, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, served := serveOne(t, ctx, 128, h)
 	c := NewClient(conn, nil)
 	return c, func() {
 		cancel()
 		_ = c.Close()
-		_ = ln.Close()
 		<-served
 	}
 }
@@ -264,11 +273,6 @@ func TestACallerGivingUpCancelsTheHandler(t *testing.T) {
 // waiting call takes it out of the queue (its handler never runs), and a
 // cancel frame for a running call reaches its handler.
 func TestCancelsAreReadWhileEverySlotIsTaken(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	started := make(chan string, 8)
 	var mu sync.Mutex
 	var ran []string
@@ -284,19 +288,7 @@ func TestCancelsAreReadWhileEverySlotIsTaken(t *testing.T) {
 			return append([]byte("timed out:"), req...)
 		}
 	}
-	served := make(chan error, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			served <- err
-			return
-		}
-		served <- Serve(context.Background(), conn, nil, 2, h, busyAnswer)
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, _ := serveOne(t, context.Background(), 2, h)
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
 	br := bufio.NewReader(conn)

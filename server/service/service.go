@@ -44,8 +44,9 @@ type Service struct {
 	waits *waitRooms
 }
 
-// New starts the service for cfg.Node; Close stops it.
-func New(cfg Config) *Service {
+// WithDefaults returns cfg with its zero fields set to their defaults: no
+// logging, a 3 s wait for a leader and a 10 s request timeout.
+func (cfg Config) WithDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
@@ -55,6 +56,12 @@ func New(cfg Config) *Service {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Second
 	}
+	return cfg
+}
+
+// New starts the service for cfg.Node; Close stops it.
+func New(cfg Config) *Service {
+	cfg = cfg.WithDefaults()
 	s := &Service{cfg: cfg, node: cfg.Node, log: cfg.Logger, waits: newWaitRooms()}
 	s.links = newLinkManager(s)
 	return s
