@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/holdfast/holdfast/server/service"
 )
 
@@ -26,30 +24,47 @@ func (s *Server) routeAPI() {
 	g := s.engine.Group(APIPrefix, s.limit(), s.bufferBody(apiBodyLimit))
 	lead := s.apiRoute(false)
 	read := s.apiRoute(true)
-	g.POST("/lease/namespace", s.restNamespace)
-	g.POST("/lease", lead, s.restAcquire)
-	g.POST("/lease/acquire", lead, s.restAcquire)
-	g.POST("/lease/renew", lead, restLeaseOwner(s, s.svc.RenewLease))
-	g.POST("/lease/release", lead, restLeaseOwner(s, s.svc.ReleaseLease))
-	g.POST("/lease/complete", lead, restLeaseOwner(s, s.svc.CompleteLease))
-	g.POST("/queue", lead, s.restCreateQueue)
-	g.POST("/queue/:queue_id/jobs", lead, s.restEnqueue)
-	g.POST("/queue/:queue_id/claim", lead, s.restClaim)
-	g.POST("/queue/:queue_id/jobs/:job_id/retry", lead, s.restRetry)
-	g.POST("/queue/:queue_id/jobs/:job_id/:action", lead, s.restJobAction)
-	g.GET("/queue/:queue_id", read, s.restReadQueue)
-	g.GET("/queue/:queue_id/jobs/:job_id", read, s.restReadJob)
+	g.POST("/lease/namespace", s.handle(s.restNamespace))
+	for _, r := range s.apiRoutes() {
+		g.POST(r.path, lead, s.handle(r.h))
+	}
+	g.GET("/queue/:queue_id", read, s.handle(s.restReadQueue))
+	g.GET("/queue/:queue_id/jobs/:job_id", read, s.handle(s.restReadJob))
 }
 
-func (s *Server) restNamespace(c *gin.Context) {
+// apiRouteSpec is a POST route of the API whose operation runs on the
+// leader, by its template below APIPrefix: the routes the front also
+// serves. waits marks the routes whose requests may wait (wait_seconds).
+type apiRouteSpec struct {
+	path  string
+	h     func(call)
+	waits bool
+}
+
+func (s *Server) apiRoutes() []apiRouteSpec {
+	return []apiRouteSpec{
+		{"/lease", s.restAcquire, true},
+		{"/lease/acquire", s.restAcquire, true},
+		{"/lease/renew", restLeaseOwner(s, s.svc.RenewLease), false},
+		{"/lease/release", restLeaseOwner(s, s.svc.ReleaseLease), false},
+		{"/lease/complete", restLeaseOwner(s, s.svc.CompleteLease), false},
+		{"/queue", s.restCreateQueue, false},
+		{"/queue/:queue_id/jobs", s.restEnqueue, false},
+		{"/queue/:queue_id/claim", s.restClaim, true},
+		{"/queue/:queue_id/jobs/:job_id/retry", s.restRetry, false},
+		{"/queue/:queue_id/jobs/:job_id/:action", s.restJobAction, false},
+	}
+}
+
+func (s *Server) restNamespace(c call) {
 	var in struct{}
 	if !bindJSON(c, apiBodyLimit, true, &in) {
 		return
 	}
-	namespaceReply(s.svc.CreateNamespace()).write(c)
+	c.Reply(namespaceReply(s.svc.CreateNamespace()))
 }
 
-func (s *Server) restAcquire(c *gin.Context) {
+func (s *Server) restAcquire(c call) {
 	var in service.AcquireLeaseRequest
 	if !bindJSON(c, apiBodyLimit, false, &in) {
 		return
@@ -57,37 +72,37 @@ func (s *Server) restAcquire(c *gin.Context) {
 	wait, _ := service.WaitSeconds(in.WaitSeconds, service.MaxAcquireWaitSeconds)
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	leaseReply(s.svc.AcquireLease(ctx, in)).write(c)
+	c.Reply(leaseReply(s.svc.AcquireLease(ctx, in)))
 }
 
 // leaseOwnerOp is the service's renew, release or complete.
 type leaseOwnerOp func(context.Context, service.LeaseOwnerRequest) (service.LeaseAnswer, error)
 
-func restLeaseOwner(s *Server, op leaseOwnerOp) gin.HandlerFunc {
-	return func(c *gin.Context) {
+func restLeaseOwner(s *Server, op leaseOwnerOp) func(call) {
+	return func(c call) {
 		var in service.LeaseOwnerRequest
 		if !bindJSON(c, apiBodyLimit, false, &in) {
 			return
 		}
-		ctx, cancel := s.requestContext(c)
+		ctx, cancel := s.callContext(c)
 		defer cancel()
-		leaseReply(op(ctx, in)).write(c)
+		c.Reply(leaseReply(op(ctx, in)))
 	}
 }
 
-func (s *Server) restCreateQueue(c *gin.Context) {
+func (s *Server) restCreateQueue(c call) {
 	var in struct{}
 	if !bindJSON(c, apiBodyLimit, true, &in) {
 		return
 	}
-	ctx, cancel := s.requestContext(c)
+	ctx, cancel := s.callContext(c)
 	defer cancel()
-	queueCreatedReply(s.svc.CreateQueue(ctx, service.CreateQueueRequest{ClientIP: s.clientIP(c)})).write(c)
+	c.Reply(queueCreatedReply(s.svc.CreateQueue(ctx, service.CreateQueueRequest{ClientIP: c.ClientIP()})))
 }
 
 // bearer extracts the token of an Authorization: Bearer header.
-func bearer(c *gin.Context) (string, bool) {
-	h := c.GetHeader("Authorization")
+func bearer(c call) (string, bool) {
+	h := c.Header("Authorization")
 	if h == "" {
 		return "", false
 	}
@@ -99,17 +114,17 @@ func bearer(c *gin.Context) (string, bool) {
 }
 
 // restQueueAuth validates the path's queue id and the bearer token.
-func (s *Server) restQueueAuth(c *gin.Context) (service.QueueAuth, bool) {
+func (s *Server) restQueueAuth(c call) (service.QueueAuth, bool) {
 	tok, present := bearer(c)
 	a, err := service.ParseQueueAuth(c.Param("queue_id"), tok, present)
 	if err != nil {
-		errorReply(err).write(c)
+		c.Reply(errorReply(err))
 		return a, false
 	}
 	return a, true
 }
 
-func (s *Server) restEnqueue(c *gin.Context) {
+func (s *Server) restEnqueue(c call) {
 	a, ok := s.restQueueAuth(c)
 	if !ok {
 		return
@@ -118,12 +133,12 @@ func (s *Server) restEnqueue(c *gin.Context) {
 	if !bindJSON(c, apiBodyLimit, false, &in) {
 		return
 	}
-	ctx, cancel := s.requestContext(c)
+	ctx, cancel := s.callContext(c)
 	defer cancel()
-	jobAnswerReply(s.svc.Enqueue(ctx, in)).write(c)
+	c.Reply(jobAnswerReply(s.svc.Enqueue(ctx, in)))
 }
 
-func (s *Server) restClaim(c *gin.Context) {
+func (s *Server) restClaim(c call) {
 	a, ok := s.restQueueAuth(c)
 	if !ok {
 		return
@@ -135,12 +150,12 @@ func (s *Server) restClaim(c *gin.Context) {
 	wait, _ := service.WaitSeconds(in.WaitSeconds, service.MaxClaimWaitSeconds)
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	jobAnswerReply(s.svc.Claim(ctx, in)).write(c)
+	c.Reply(jobAnswerReply(s.svc.Claim(ctx, in)))
 }
 
 // restJobAction answers ack, release and renew, whose bodies carry the
 // claim's receipt.
-func (s *Server) restJobAction(c *gin.Context) {
+func (s *Server) restJobAction(c call) {
 	switch c.Param("action") {
 	case "ack":
 		restReceipt(s, c, (*service.Service).AckJob, ackRequest)
@@ -149,7 +164,7 @@ func (s *Server) restJobAction(c *gin.Context) {
 	case "renew":
 		restReceipt(s, c, (*service.Service).RenewJob, renewRequest)
 	default:
-		fail(c, http.StatusNotFound, "no such endpoint: the job action must be ack, release, renew or retry")
+		c.Reply(errReply(http.StatusNotFound, "no such endpoint: the job action must be ack, release, renew or retry", nil))
 	}
 }
 
@@ -172,23 +187,23 @@ type receiptOp[R any] func(*service.Service, context.Context, R) (service.JobAns
 
 // restReceipt runs a receipt operation: the path's queue and job and the
 // bearer token start the request newReq makes, the body fills in the rest.
-func restReceipt[R any](s *Server, c *gin.Context, op receiptOp[R], newReq func(service.QueueAuth, string) *R) {
+func restReceipt[R any](s *Server, c call, op receiptOp[R], newReq func(service.QueueAuth, string) *R) {
 	a, ok := s.restQueueAuth(c)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.requestContext(c)
+	ctx, cancel := s.callContext(c)
 	defer cancel()
 	in := newReq(a, c.Param("job_id"))
 	if !bindJSON(c, apiBodyLimit, false, in) {
 		return
 	}
-	jobAnswerReply(op(s.svc, ctx, *in)).write(c)
+	c.Reply(jobAnswerReply(op(s.svc, ctx, *in)))
 }
 
 // restRetry answers POST /queue/{id}/jobs/{job_id}/retry, whose body is
 // empty or {}.
-func (s *Server) restRetry(c *gin.Context) {
+func (s *Server) restRetry(c call) {
 	a, ok := s.restQueueAuth(c)
 	if !ok {
 		return
@@ -197,48 +212,49 @@ func (s *Server) restRetry(c *gin.Context) {
 	if !bindJSON(c, apiBodyLimit, true, &in) {
 		return
 	}
-	ctx, cancel := s.requestContext(c)
+	ctx, cancel := s.callContext(c)
 	defer cancel()
-	jobAnswerReply(s.svc.RetryJob(ctx, service.RetryJobRequest{Auth: a, JobID: c.Param("job_id")})).write(c)
+	c.Reply(jobAnswerReply(s.svc.RetryJob(ctx, service.RetryJobRequest{Auth: a, JobID: c.Param("job_id")})))
 }
 
 // readParams are the query parameters of a read: stale and wait_seconds.
-func (s *Server) readParams(c *gin.Context) (service.QueueAuth, bool, time.Duration, bool) {
+func (s *Server) readParams(c call) (service.QueueAuth, bool, time.Duration, bool) {
 	a, ok := s.restQueueAuth(c)
 	if !ok {
 		return a, false, 0, false
 	}
 	wait, err := queryWaitSeconds(c)
 	if err != nil {
-		errorReply(err).write(c)
+		c.Reply(errorReply(err))
 		return a, false, 0, false
 	}
-	return a, c.Query("stale") == "true", wait, true
+	stale, _ := c.Query("stale")
+	return a, stale == "true", wait, true
 }
 
-func (s *Server) restReadQueue(c *gin.Context) {
+func (s *Server) restReadQueue(c call) {
 	a, stale, wait, ok := s.readParams(c)
 	if !ok {
 		return
 	}
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	queueReply(s.svc.ReadQueue(ctx, service.ReadQueueRequest{Auth: a, Stale: stale, Wait: wait})).write(c)
+	c.Reply(queueReply(s.svc.ReadQueue(ctx, service.ReadQueueRequest{Auth: a, Stale: stale, Wait: wait})))
 }
 
-func (s *Server) restReadJob(c *gin.Context) {
+func (s *Server) restReadJob(c call) {
 	a, stale, wait, ok := s.readParams(c)
 	if !ok {
 		return
 	}
 	ctx, cancel := s.waitingContext(c, wait)
 	defer cancel()
-	jobReadReply(s.svc.ReadJob(ctx, service.ReadJobRequest{Auth: a, JobID: c.Param("job_id"), Stale: stale, Wait: wait})).write(c)
+	c.Reply(jobReadReply(s.svc.ReadJob(ctx, service.ReadJobRequest{Auth: a, JobID: c.Param("job_id"), Stale: stale, Wait: wait})))
 }
 
 // queryWaitSeconds parses the wait_seconds query parameter of a read.
-func queryWaitSeconds(c *gin.Context) (time.Duration, error) {
-	raw, ok := c.GetQuery("wait_seconds")
+func queryWaitSeconds(c call) (time.Duration, error) {
+	raw, ok := c.Query("wait_seconds")
 	if !ok {
 		return 0, nil
 	}
@@ -252,9 +268,14 @@ func queryWaitSeconds(c *gin.Context) (time.Duration, error) {
 // waitingContext is the context of a request that may wait: the request
 // timeout plus the wait. It also moves the connection's write deadline past
 // the wait, so the HTTP server's write timeout does not cut the answer.
-func (s *Server) waitingContext(c *gin.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+func (s *Server) waitingContext(c call, wait time.Duration) (context.Context, context.CancelFunc) {
 	if wait > 0 {
-		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout + wait + 5*time.Second))
+		c.ExtendWrite(time.Now().Add(s.cfg.RequestTimeout + wait + 5*time.Second))
 	}
-	return context.WithTimeout(c.Request.Context(), s.cfg.RequestTimeout+wait)
+	return context.WithTimeout(c.Context(), s.cfg.RequestTimeout+wait)
+}
+
+// callContext bounds a call's work.
+func (s *Server) callContext(c call) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Context(), s.cfg.RequestTimeout)
 }

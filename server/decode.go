@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
-
-	"github.com/gin-gonic/gin"
 
 	"github.com/holdfast/holdfast/internal/jsonenc"
 )
@@ -25,19 +22,15 @@ func (e *bodyError) Error() string { return e.msg }
 
 // readJSONBody reads a request body of at most limit bytes after checking
 // the content type. An empty body reads as "{}" when allowEmpty is set.
-func readJSONBody(c *gin.Context, limit int64, allowEmpty bool) ([]byte, error) {
-	ct := c.GetHeader("Content-Type")
-	if ct == "" && allowEmpty && c.Request.ContentLength <= 0 {
+func readJSONBody(c call, limit int64, allowEmpty bool) ([]byte, error) {
+	ct := c.Header("Content-Type")
+	if ct == "" && allowEmpty && c.ContentLength() <= 0 {
 		return []byte("{}"), nil
 	}
 	if !isJSONMediaType(ct) {
 		return nil, &bodyError{http.StatusUnsupportedMediaType, "Content-Type must be application/json", ""}
 	}
-	var err error
-	b := bufferedBody(c)
-	if b == nil {
-		b, err = io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
-	}
+	b, err := c.Body(limit)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -56,7 +49,7 @@ func readJSONBody(c *gin.Context, limit int64, allowEmpty bool) ([]byte, error) 
 
 // bindJSON reads and strictly decodes a JSON body, answering the client
 // itself on failure. It reports whether decoding succeeded.
-func bindJSON(c *gin.Context, limit int64, allowEmpty bool, dst any) bool {
+func bindJSON(c call, limit int64, allowEmpty bool, dst any) bool {
 	b, err := readJSONBody(c, limit, allowEmpty)
 	if err == nil {
 		err = decodeStrict(b, dst)
@@ -68,9 +61,9 @@ func bindJSON(c *gin.Context, limit int64, allowEmpty bool, dst any) bool {
 			if be.field != "" {
 				extra = jsonenc.H{"field": be.field}
 			}
-			errReply(be.status, be.msg, extra).write(c)
+			c.Reply(errReply(be.status, be.msg, extra))
 		} else {
-			fail(c, http.StatusBadRequest, err.Error())
+			c.Reply(errReply(http.StatusBadRequest, err.Error(), nil))
 		}
 		return false
 	}

@@ -45,15 +45,20 @@ func (s *Server) callerTimeout() gin.HandlerFunc {
 				jsonenc.H{"field": client.TimeoutHeader}).write(c)
 			return
 		}
-		if s.node.IsReadyLeader() {
-			c.Next()
-			return
-		}
-		budget := time.Duration(ms) * time.Millisecond
-		until := time.Now().Add(budget - min(budget/5, answerMargin))
-		c.Request = c.Request.WithContext(service.WithCallerDeadline(c.Request.Context(), until))
+		c.Request = c.Request.WithContext(s.callerDeadline(c.Request.Context(), ms, time.Now()))
 		c.Next()
 	}
+}
+
+// callerDeadline puts into ctx the time, for a caller that waits ms
+// milliseconds from now, by which this node stops waiting for a leader; a
+// ready leader never waits, so its ctx is returned as is.
+func (s *Server) callerDeadline(ctx context.Context, ms int64, now time.Time) context.Context {
+	if s.node.IsReadyLeader() {
+		return ctx
+	}
+	budget := time.Duration(ms) * time.Millisecond
+	return service.WithCallerDeadline(ctx, now.Add(budget-min(budget/5, answerMargin)))
 }
 
 // answerMargin is the most of a caller's timeout kept for its answer's way
@@ -266,7 +271,7 @@ func (s *Server) forward(c *gin.Context, leaderHTTP string) {
 		// The request may wait on the leader for up to its wait_seconds,
 		// which only the leader reads.
 		cancel()
-		ctx, cancel = s.waitingContext(c, service.MaxAcquireWaitSeconds*time.Second)
+		ctx, cancel = s.waitingContext(s.callOf(c), service.MaxAcquireWaitSeconds*time.Second)
 	}
 	if req.route == BackupPath {
 		// A backup streams through as it comes, for as long as the leader takes.

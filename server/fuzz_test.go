@@ -49,7 +49,7 @@ func FuzzDecodeBody(f *testing.F) {
 			c, _ := gin.CreateTestContext(w)
 			c.Request = httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 			c.Request.Header.Set("Content-Type", "application/json")
-			if bindJSON(c, bt.limit, bt.allowEmpty, bt.newValue()) {
+			if bindJSON(ginCall{c: c}, bt.limit, bt.allowEmpty, bt.newValue()) {
 				continue
 			}
 			var ans struct {

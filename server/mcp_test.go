@@ -26,8 +26,10 @@ import (
 
 // testNode is one in-process node: Raft node, server and HTTP listener.
 type testNode struct {
-	node *cluster.Node
-	url  string
+	node  *cluster.Node
+	srv   *server.Server
+	front *server.Front
+	url   string
 }
 
 // startNode opens a node whose HTTP server listens on a fresh loopback port
@@ -73,13 +75,15 @@ func startNodeWithKey(t testing.TB, id, key string, bootstrap bool, logs io.Writ
 	cfg.Node, cfg.Logger = n, logger
 	srv := server.New(cfg)
 	hs := srv.HTTPServer()
-	go func() { _ = hs.Serve(ln) }()
+	front := srv.NewFront(ln, hs)
+	go func() { _ = hs.Serve(front) }()
 	t.Cleanup(func() {
 		_ = hs.Close()
+		front.CloseNow()
 		srv.Close()
 		_ = n.Kill()
 	})
-	return &testNode{node: n, url: "http://" + ln.Addr().String()}
+	return &testNode{node: n, srv: srv, front: front, url: "http://" + ln.Addr().String()}
 }
 
 func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {

@@ -78,7 +78,7 @@ func (s *Server) bindJoiner() gin.HandlerFunc {
 			return
 		}
 		var req cluster.JoinRequest
-		b, err := readJSONBody(c, opsBodyLimit, false)
+		b, err := readJSONBody(s.callOf(c), opsBodyLimit, false)
 		setBody(c, b)
 		if err == nil && decodeStrict(b, &req) == nil && req.NodeID != id {
 			fail(c, http.StatusForbidden, fmt.Sprintf("the client certificate names node %q, which may not join or update node %q", id, req.NodeID))
@@ -90,7 +90,7 @@ func (s *Server) bindJoiner() gin.HandlerFunc {
 
 func (s *Server) clusterJoin(c *gin.Context) {
 	var req cluster.JoinRequest
-	if !bindJSON(c, opsBodyLimit, false, &req) {
+	if !bindJSON(s.callOf(c), opsBodyLimit, false, &req) {
 		return
 	}
 	ctx, cancel := s.requestContext(c)
@@ -104,7 +104,7 @@ func (s *Server) clusterJoin(c *gin.Context) {
 
 func (s *Server) clusterRemove(c *gin.Context) {
 	var req cluster.RemoveRequest
-	if !bindJSON(c, opsBodyLimit, false, &req) {
+	if !bindJSON(s.callOf(c), opsBodyLimit, false, &req) {
 		return
 	}
 	ctx, cancel := s.requestContext(c)
@@ -163,7 +163,7 @@ func (s *Server) getBackup(c *gin.Context) {
 
 func (s *Server) putSettings(c *gin.Context) {
 	var p fsm.SettingsPatch
-	if !bindJSON(c, opsBodyLimit, false, &p) {
+	if !bindJSON(s.callOf(c), opsBodyLimit, false, &p) {
 		return
 	}
 	if p.Empty() {

@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/holdfast/holdfast/internal/jsonenc"
 )
 
 // rateLimiter is a token bucket per client address, local to this node.
@@ -77,7 +78,14 @@ func (s *Server) limit() gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		c.Header("Retry-After", strconv.Itoa(wait))
-		c.AbortWithStatusJSON(http.StatusTooManyRequests, gin.H{"ok": false, "error": fmt.Sprintf("request rate limit exceeded for this client address (--rate-limit of each node); retry in %d seconds", wait), "retry_after_seconds": wait})
+		rateLimited(wait).write(c)
 	}
+}
+
+// rateLimited is the answer to a request over the client address's limit.
+func rateLimited(wait int) reply {
+	r := errReply(http.StatusTooManyRequests, fmt.Sprintf("request rate limit exceeded for this client address (--rate-limit of each node); retry in %d seconds", wait),
+		jsonenc.H{"retry_after_seconds": wait})
+	r.RetryAfter = wait
+	return r
 }

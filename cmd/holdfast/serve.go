@@ -274,11 +274,13 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 	defer stopWatch()
 	tlsSet.watch(watchCtx)
 	serveErr := make(chan error, 1)
+	var front *server.Front
 	if tlsSet.api != nil {
 		hs.TLSConfig = tlsSet.api.Config()
 		go func() { serveErr <- hs.ServeTLS(ln, "", "") }()
 	} else {
-		go func() { serveErr <- hs.Serve(ln) }()
+		front = srv.NewFront(ln, hs)
+		go func() { serveErr <- hs.Serve(front) }()
 	}
 	if c.testClockOffset != 0 {
 		log.Warn("test clock offset in effect: this node's clock is shifted", "offset", c.testClockOffset.String())
@@ -323,6 +325,9 @@ wait:
 		// Memory and disk may disagree: nothing more is written or
 		// handed over, and requests in flight end with the process.
 		_ = hs.Close()
+		if front != nil {
+			front.CloseNow()
+		}
 		srv.Close()
 		if err := node.Kill(); err != nil {
 			return errors.Join(runErr, fmt.Errorf("node stop: %w", err))
@@ -334,6 +339,11 @@ wait:
 	node.TransferLeadership(ctx)
 	if err := hs.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("HTTP shutdown did not finish cleanly", "error", err)
+	}
+	if front != nil {
+		if err := front.Shutdown(ctx); err != nil {
+			log.Warn("HTTP shutdown did not finish cleanly", "error", err)
+		}
 	}
 	srv.Close()
 	if err := node.Shutdown(ctx); err != nil {

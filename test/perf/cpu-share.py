@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Share of a holdfast node's CPU by part, from CPU profiles.
 
-usage: test/perf/cpu-share.py BINARY PROFILE...
+usage: test/perf/cpu-share.py [--ops N] BINARY PROFILE...
 
 Each sample is counted under the first category whose pattern appears in
 any frame of its stack, in the order below; JSON is reported separately,
 over every frame. BINARY is the holdfast binary the profiles came from.
+With --ops N (the operations served during each profile), every share is
+also printed as CPU microseconds per operation.
 """
 import collections
 import re
@@ -21,6 +23,7 @@ CATEGORIES = [
     ("Raft replication and transport", "github.com/hashicorp/raft."),
     ("peer link (forwarded operations)", "peerlink"),
     ("HTTP server (net/http, gin, handlers, JSON)", "net/http.(*conn).serve"),
+    ("HTTP front (the API's common requests, handlers, JSON)", "server.(*frontConn).serve"),
     ("HTTP client (REST forwarding)", "net/http.(*persistConn)"),
     ("scheduler and other runtime", "runtime."),
 ]
@@ -42,10 +45,14 @@ def stacks(binary, path):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    ops = 0.0
+    if args[:1] == ["--ops"]:
+        ops, args = float(args[1]), args[2:]
+    if len(args) < 2:
         sys.exit(__doc__)
-    binary = sys.argv[1]
-    for path in sys.argv[2:]:
+    binary = args[0]
+    for path in args[1:]:
         total, json_ms, share = 0.0, 0.0, collections.Counter()
         for ms, frames in stacks(binary, path):
             total += ms
@@ -57,9 +64,13 @@ def main():
             print(f"{path}: no samples")
             continue
         print(f"{path}: {total / 1000:.1f} s of samples")
+        def row(name, ms):
+            per_op = f"  {1000 * ms / ops:7.1f} us/op" if ops else ""
+            print(f"  {name:46s} {100 * ms / total:5.1f}%{per_op}")
         for name in [n for n, _ in CATEGORIES] + ["other"]:
-            print(f"  {name:46s} {100 * share[name] / total:5.1f}%")
-        print(f"  {'JSON (any frame)':46s} {100 * json_ms / total:5.1f}%")
+            row(name, share[name])
+        row("JSON (any frame)", json_ms)
+        row("total", total)
 
 
 if __name__ == "__main__":

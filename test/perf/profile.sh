@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Where each node's CPU goes under the pinned 64-client queue load.
+#
+# usage: test/perf/profile.sh [WORKLOAD...]   (default: queue-enqueue queue-cycle)
+#
+# Starts three holdfast nodes built from this checkout on CPU 0, as
+# ../shared/bench/compare --pin starts them, runs the bench folder's
+# holdfastload client on the other CPUs with 64 workers, takes a 15 s CPU
+# profile of the leader and of a follower in the middle of the run, and
+# prints each node's CPU per operation split by component
+# (test/perf/cpu-share.py). Env: CLIENTS (64), DUR (30s), OUT (a new
+# temporary folder, kept), HOLDFASTLOAD (the client binary; default: built
+# from ../shared/bench/holdfastload).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+CLIENTS=${CLIENTS:-64}
+DUR=${DUR:-30s}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/holdfast-profile.XXXXXX")}
+WORKLOADS=("${@:-queue-enqueue queue-cycle}")
+[ $# -eq 0 ] && WORKLOADS=(queue-enqueue queue-cycle)
+NCPU=$(nproc)
+[ "$NCPU" -ge 2 ] || { echo "needs 2 CPUs" >&2; exit 1; }
+mkdir -p "$OUT"
+go build -o "$OUT/holdfast" ./cmd/holdfast
+LOAD=${HOLDFASTLOAD:-}
+if [ -z "$LOAD" ]; then
+	(cd ../shared/bench/holdfastload && go build -o "$OUT/holdfastload" .)
+	LOAD=$OUT/holdfastload
+fi
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+BASE=$((20000 + RANDOM % 20000))
+for i in 0 1 2; do
+	join=""
+	for j in 0 1 2; do [ $j -ne $i ] && join+="${join:+,}127.0.0.1:$((BASE + j))"; done
+	taskset -c 0 "$OUT/holdfast" serve --node-id "n$((i + 1))" --data-dir "$OUT/data/n$((i + 1))" \
+		--http-addr "127.0.0.1:$((BASE + i))" --raft-addr "127.0.0.1:$((BASE + 10 + i))" \
+		--rate-limit 0 --bootstrap-expect 3 --join "$join" >"$OUT/n$((i + 1)).log" 2>&1 &
+	PIDS+=($!)
+done
+ready=0
+for _ in $(seq 1 120); do
+	ready=0
+	for i in 0 1 2; do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((BASE + i))/readyz")" = 200 ] && ready=$((ready + 1))
+	done
+	[ $ready -eq 3 ] && break
+	sleep 0.5
+done
+[ $ready -eq 3 ] || { echo "cluster not ready" >&2; exit 1; }
+leader=""
+for i in 0 1 2; do
+	s=$(curl -s "http://127.0.0.1:$((BASE + i))/cluster/status")
+	[[ $s =~ \"leader_http_addr\":\"([^\"]+)\" ]] && leader=${BASH_REMATCH[1]} && break
+done
+[ -n "$leader" ] || { echo "no leader" >&2; exit 1; }
+curl -s -o /dev/null -X PUT -H 'Content-Type: application/json' -d '{"queues_per_client":100000000}' "http://$leader/cluster/settings"
+nodes=$leader
+follower=""
+for i in 0 1 2; do
+	a=127.0.0.1:$((BASE + i))
+	[ "$a" != "$leader" ] && nodes+=",$a" && follower=${follower:-$a}
+done
+echo "leader $leader, follower $follower, results in $OUT"
+for w in "${WORKLOADS[@]}"; do
+	taskset -c "1-$((NCPU - 1))" "$LOAD" -nodes "$nodes" -workloads "$w" -c "$CLIENTS" -dur "$DUR" -warmup 2s -runs 1 \
+		-json "$OUT/$w.jsonl" >"$OUT/$w.client.log" 2>&1 &
+	client=$!
+	sleep 8
+	curl -s -o "$OUT/$w-leader.pprof" "http://$leader/debug/pprof/profile?seconds=15" &
+	p1=$!
+	curl -s -o "$OUT/$w-follower.pprof" "http://$follower/debug/pprof/profile?seconds=15" &
+	p2=$!
+	wait "$p1" "$p2"
+	wait "$client"
+	ops=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][-1]; print(r["ops_per_s"])' "$OUT/$w.jsonl")
+	echo "== $w: $ops ops/s"
+	python3 test/perf/cpu-share.py --ops "$(python3 -c "print(float('$ops')*15)")" "$OUT/holdfast" "$OUT/$w-leader.pprof" "$OUT/$w-follower.pprof"
+done
