@@ -8,19 +8,22 @@ import (
 
 // counters accumulate what the node did, for the metrics endpoint.
 type counters struct {
-	mu        sync.Mutex
-	proposals map[string]uint64
-	sweeps    uint64
-	swept     fsm.SweepResult // sums of the per-sweep counts
+	mu       sync.Mutex
+	proposed map[string]uint64
+	sweeps   uint64
+	swept    fsm.SweepResult // sums of the per-sweep counts
 }
 
-func (c *counters) proposal(outcome string) {
+func (c *counters) proposal(outcome string) { c.proposals(outcome, 1) }
+
+// proposals counts n proposals with one outcome.
+func (c *counters) proposals(outcome string, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.proposals == nil {
-		c.proposals = make(map[string]uint64)
+	if c.proposed == nil {
+		c.proposed = make(map[string]uint64)
 	}
-	c.proposals[outcome]++
+	c.proposed[outcome] += uint64(n)
 }
 
 func (c *counters) sweep(r *fsm.SweepResult) {
@@ -48,8 +51,8 @@ type Counters struct {
 func (n *Node) Counters() Counters {
 	n.counters.mu.Lock()
 	defer n.counters.mu.Unlock()
-	out := Counters{Proposals: make(map[string]uint64, len(n.counters.proposals)), Sweeps: n.counters.sweeps, Swept: n.counters.swept}
-	for k, v := range n.counters.proposals {
+	out := Counters{Proposals: make(map[string]uint64, len(n.counters.proposed)), Sweeps: n.counters.sweeps, Swept: n.counters.swept}
+	for k, v := range n.counters.proposed {
 		out.Proposals[k] = v
 	}
 	return out

@@ -63,10 +63,14 @@ func (n *Node) ProposeAll(ctx context.Context, cmds ...fsm.Command) ([]interface
 		}
 		return rs, nil
 	}
+	// The propose timeout bounds a caller without an earlier deadline; a
+	// timer, not a derived context, which would cost a registration with
+	// every cancellable parent.
+	var expired <-chan time.Time
 	if d, ok := ctx.Deadline(); !ok || time.Until(d) > n.cfg.ProposeTimeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, n.cfg.ProposeTimeout)
-		defer cancel()
+		t := time.NewTimer(n.cfg.ProposeTimeout)
+		defer t.Stop()
+		expired = t.C
 	}
 	p := &proposal{parts: make([][]byte, len(cmds)), done: make(chan proposalResult, 1)}
 	for i, c := range cmds {
@@ -77,6 +81,9 @@ func (n *Node) ProposeAll(ctx context.Context, cmds ...fsm.Command) ([]interface
 	case <-ctx.Done():
 		n.counters.proposal("busy")
 		return nil, fmt.Errorf("%w: %w", ErrBusy, ctx.Err())
+	case <-expired:
+		n.counters.proposal("busy")
+		return nil, fmt.Errorf("%w: %w", ErrBusy, context.DeadlineExceeded)
 	case <-n.shutdownCh:
 		return nil, fmt.Errorf("%w: %w", ErrNotLeader, errShutdown)
 	}
@@ -85,12 +92,12 @@ func (n *Node) ProposeAll(ctx context.Context, cmds ...fsm.Command) ([]interface
 		if r.err != nil {
 			return nil, r.err
 		}
-		for range cmds {
-			n.counters.proposal("applied")
-		}
+		n.counters.proposals("applied", len(cmds))
 		return r.resps, nil
 	case <-ctx.Done():
 		return nil, n.giveUp(p, ErrBusy, ctx.Err())
+	case <-expired:
+		return nil, n.giveUp(p, ErrBusy, context.DeadlineExceeded)
 	case <-n.shutdownCh:
 		return nil, n.giveUp(p, ErrNotLeader, errShutdown)
 	}

@@ -47,7 +47,11 @@ func startNodeWithKey(t testing.TB, id, key string, bootstrap bool, logs io.Writ
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Trace, Output: logs})
+	level := hclog.Trace
+	if logs == io.Discard {
+		level = hclog.Off // nothing formatted for nobody (benchmarks count allocations)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: id, Level: level, Output: logs})
 	c := cluster.Config{
 		NodeID:        id,
 		DataDir:       t.TempDir(),

@@ -221,12 +221,15 @@ func refuseLinkCall(context.Context, []byte) []byte {
 func (s *Service) answerLinkCall(ctx context.Context, req []byte) []byte {
 	var res opResult
 	op, err := decodeOp(req)
-	timeout := s.cfg.RequestTimeout
-	if err == nil {
-		timeout += op.wait
+	if err == nil && (op.read != nil || op.wait > 0) {
+		// A read or a wait is bounded here. A write that does not wait
+		// needs no timer of its own: the caller cancels it over the link
+		// when its own time is up, waiting for a ready leader is bounded
+		// by the leader wait, and a proposal by the node's propose timeout.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout+op.wait)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	if err != nil {
 		res = refused(Fail(KindInvalid, "malformed forwarded operation", nil))
 	} else if local, _, bad := s.LeaderTarget(ctx, true); bad != nil {

@@ -64,7 +64,15 @@ for i in 0 1 2; do
 	[ "$a" != "$leader" ] && nodes+=",$a" && follower=${follower:-$a}
 done
 echo "leader $leader, follower $follower, results in $OUT"
+# metric NAME: the leader's value of a Prometheus series (first match).
+metric() {
+	local all
+	all=$(curl -s "http://$leader/metrics")
+	awk -v m="$1" 'index($0, m) == 1 { print $2; exit }' <<<"$all"
+}
 for w in "${WORKLOADS[@]}"; do
+	idx0=$(metric holdfast_raft_commit_index)
+	ops0=$(metric 'holdfast_proposals_total{outcome="applied"}')
 	taskset -c "1-$((NCPU - 1))" "$LOAD" -nodes "$nodes" -workloads "$w" -c "$CLIENTS" -dur "$DUR" -warmup 2s -runs 1 \
 		-json "$OUT/$w.jsonl" >"$OUT/$w.client.log" 2>&1 &
 	client=$!
@@ -75,6 +83,9 @@ for w in "${WORKLOADS[@]}"; do
 	p2=$!
 	wait "$p1" "$p2"
 	wait "$client"
+	idx1=$(metric holdfast_raft_commit_index)
+	ops1=$(metric 'holdfast_proposals_total{outcome="applied"}')
+	python3 -c "import sys; e=float(sys.argv[2])-float(sys.argv[1]); p=float(sys.argv[4])-float(sys.argv[3]); print(f'Raft entries {e:.0f}, commands proposed on the leader {p:.0f}, {p/max(e,1):.1f} per entry (forwarded commands count where they are proposed)')" "$idx0" "$idx1" "$ops0" "$ops1"
 	ops=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][-1]; print(r["ops_per_s"])' "$OUT/$w.jsonl")
 	echo "== $w: $ops ops/s"
 	python3 test/perf/cpu-share.py --ops "$(python3 -c "print(float('$ops')*15)")" "$OUT/holdfast" "$OUT/$w-leader.pprof" "$OUT/$w-follower.pprof"
