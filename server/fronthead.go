@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"strings"
 )
 
 // parseHead parses the request head at the start of buf. It returns nil
@@ -15,7 +14,7 @@ func (f *Front) parseHead(buf []byte, req *frontRequest) (*frontRequest, error) 
 		return nil, incomplete(buf)
 	}
 	const method, version = "POST ", " HTTP/1.1"
-	if !bytes.HasPrefix(line, []byte(method)) || !bytes.HasSuffix(line, []byte(version)) {
+	if len(line) <= len(method)+len(version) || !bytes.HasPrefix(line, []byte(method)) || !bytes.HasSuffix(line, []byte(version)) {
 		return nil, errHandOff
 	}
 	*req = frontRequest{}
@@ -177,7 +176,11 @@ func isPathByte(c byte) bool {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		return true
 	}
-	return strings.IndexByte("-._~!$&'()*+,;=:@/", c) >= 0
+	switch c {
+	case '-', '.', '_', '~', '!', '$', '&', '\'', '(', ')', '*', '+', ',', ';', '=', ':', '@', '/':
+		return true
+	}
+	return false
 }
 
 // isToken reports whether b is an HTTP token (a header name).
@@ -185,7 +188,8 @@ func isToken(b []byte) bool {
 	for _, c := range b {
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		case c == '!' || c == '#' || c == '$' || c == '%' || c == '&' || c == '\'' || c == '*' || c == '+' ||
+			c == '-' || c == '.' || c == '^' || c == '_' || c == '`' || c == '|' || c == '~':
 		default:
 			return false
 		}
@@ -209,7 +213,7 @@ func isHost(b []byte) bool {
 	for _, c := range b {
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("-._:[]", c) >= 0:
+		case c == '-' || c == '.' || c == '_' || c == ':' || c == '[' || c == ']':
 		default:
 			return false
 		}

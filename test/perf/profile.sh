@@ -8,7 +8,8 @@
 # holdfastload client on the other CPUs with 64 workers, takes a 15 s CPU
 # profile of the leader and of a follower in the middle of the run, and
 # prints each node's CPU per operation split by component
-# (test/perf/cpu-share.py). Env: CLIENTS (64), DUR (30s), OUT (a new
+# (test/perf/cpu-share.py). With STRACE=1 it also counts each node's
+# system calls for 5 s (strace -c, in OUT). Env: CLIENTS (64), DUR (30s), OUT (a new
 # temporary folder, kept), HOLDFASTLOAD (the client binary; default: built
 # from ../shared/bench/holdfastload).
 set -euo pipefail
@@ -82,6 +83,15 @@ for w in "${WORKLOADS[@]}"; do
 	curl -s -o "$OUT/$w-follower.pprof" "http://$follower/debug/pprof/profile?seconds=15" &
 	p2=$!
 	wait "$p1" "$p2"
+	if [ -n "${STRACE:-}" ]; then
+		# System calls by kind, counted for 5 s on the leader and a follower.
+		for role in leader follower; do
+			addr=$leader
+			[ $role = follower ] && addr=$follower
+			pid=$(ss -ltnpH "sport = :${addr##*:}" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
+			timeout -s INT 5 strace -c -f -p "$pid" -o "$OUT/$w-$role.strace" >/dev/null 2>&1 || true
+		done
+	fi
 	wait "$client"
 	idx1=$(metric holdfast_raft_commit_index)
 	ops1=$(metric 'holdfast_proposals_total{outcome="applied"}')
