@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -169,6 +170,13 @@ func (c *Client) fail(cause error) {
 	}
 }
 
+// yieldToSenders lets the goroutines that are ready to run go first, once,
+// before a writer takes what it has been given. The goroutine that wakes a
+// writer hands it the processor next, so without this a writer woken by the
+// first of many callers (the waiters of one committed entry, the requests of
+// one poll) would write a frame each; after it, they share a write.
+func yieldToSenders() { runtime.Gosched() }
+
 func (c *Client) writeLoop() {
 	var buf []byte
 	for {
@@ -177,6 +185,7 @@ func (c *Client) writeLoop() {
 			return
 		case <-c.wake:
 		}
+		yieldToSenders()
 		c.mu.Lock()
 		batch := c.queue
 		c.queue = nil
@@ -417,6 +426,7 @@ func (w *serverWriter) loop(ctx context.Context, cancel context.CancelFunc) {
 			return
 		case <-w.wake:
 		}
+		yieldToSenders()
 		w.mu.Lock()
 		out, w.buf = w.buf, out[:0]
 		w.mu.Unlock()
