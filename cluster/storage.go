@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -493,6 +494,10 @@ func (s *watchedSink) Write(p []byte) (int, error) {
 	if err != nil {
 		s.health.report(StorageSnapshots, err)
 	}
+	// Writing a large state takes seconds of CPU, in chunks of tens of
+	// KiB: after each, the goroutines waiting to run (requests) go first,
+	// rather than wait until the scheduler preempts the writer.
+	runtime.Gosched()
 	return n, err
 }
 

@@ -100,16 +100,17 @@ func (f *Front) acceptLoop() {
 	for {
 		conn, err := f.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				f.s.log.Warn("accept failed; retrying", "error", err, "delay", delay)
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) || f.closing.Load() {
+				f.doneErr = err
+				close(f.done)
+				return
 			}
-			f.doneErr = err
-			close(f.done)
-			return
+			// Out of file descriptors and the like: wait and retry, as
+			// net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			f.s.log.Warn("accept failed; retrying", "error", err, "delay", delay)
+			time.Sleep(delay)
+			continue
 		}
 		delay = 0
 		fc := &frontConn{f: f, conn: conn, buf: make([]byte, 0, frontBufSize)}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -295,5 +296,45 @@ func TestFrontShutdown(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 		t.Error("the listener still accepts after shutdown")
+	}
+}
+
+// flakyListener fails its first Accept, as a listener out of file
+// descriptors does, then accepts from the real one.
+type flakyListener struct {
+	net.Listener
+	failed bool
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if !l.failed {
+		l.failed = true
+		return nil, fmt.Errorf("accept: %w", syscall.EMFILE)
+	}
+	return l.Listener.Accept()
+}
+
+// TestFrontRetriesAFailedAccept checks that an accept error other than a
+// closed listener is waited out, not the end of the server.
+func TestFrontRetriesAFailedAccept(t *testing.T) {
+	n := startNode(t, "n0", true, io.Discard, server.Config{})
+	waitFor(t, "n0 to lead", 15*time.Second, func() bool { ok, _ := n.node.Ready(); return ok && n.node.IsLeader() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := n.srv.HTTPServer()
+	front := n.srv.NewFront(&flakyListener{Listener: ln}, hs)
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(front) }()
+	t.Cleanup(func() { _ = hs.Close(); front.CloseNow() })
+	a := rawExchange(t, ln.Addr().String(), 1, rawPost("/queue", ""))[0]
+	if a.status != http.StatusCreated {
+		t.Fatalf("after a failed accept: %d %s", a.status, a.raw)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("the server stopped: %v", err)
+	default:
 	}
 }
