@@ -8,7 +8,9 @@
 # holdfastload client on the other CPUs with 64 workers, takes a 15 s CPU
 # profile of the leader and of a follower in the middle of the run, and
 # prints each node's CPU per operation split by component
-# (test/perf/cpu-share.py). With STRACE=1 it also counts each node's
+# (test/perf/cpu-share.py), and each node's CPU per operation from /proc.
+# With LEADER_ONLY=1 every client talks to the leader, so the followers
+# serve no client requests. With STRACE=1 it also counts each node's
 # system calls for 5 s (strace -c, in OUT). Env: CLIENTS (64), DUR (30s), OUT (a new
 # temporary folder, kept), HOLDFASTLOAD (the client binary; default: built
 # from ../shared/bench/holdfastload).
@@ -62,9 +64,19 @@ nodes=$leader
 follower=""
 for i in 0 1 2; do
 	a=127.0.0.1:$((BASE + i))
-	[ "$a" != "$leader" ] && nodes+=",$a" && follower=${follower:-$a}
+	[ "$a" != "$leader" ] && follower=${follower:-$a} && [ -z "${LEADER_ONLY:-}" ] && nodes+=",$a"
 done
-echo "leader $leader, follower $follower, results in $OUT"
+# cpu PID...: the CPU seconds (user + system) each process has used.
+cpu() { for p in "$@"; do awk -v t="$(getconf CLK_TCK)" '{ printf "%s ", ($14 + $15) / t }' "/proc/$p/stat"; done; }
+roles=""
+for i in 0 1 2; do
+	a=127.0.0.1:$((BASE + i))
+	r=follower
+	[ "$a" = "$leader" ] && r=leader
+	[ "$a" = "$follower" ] && r="follower(profiled)"
+	roles+="${roles:+,}n$((i + 1)) $r"
+done
+echo "leader $leader, follower $follower, results in $OUT${LEADER_ONLY:+ (every client on the leader)}"
 # metric NAME: the leader's value of a Prometheus series (first match).
 metric() {
 	local all
@@ -78,11 +90,15 @@ for w in "${WORKLOADS[@]}"; do
 		-json "$OUT/$w.jsonl" >"$OUT/$w.client.log" 2>&1 &
 	client=$!
 	sleep 8
+	cpu0=$(cpu "${PIDS[@]}")
+	t0=$(date +%s.%N)
 	curl -s -o "$OUT/$w-leader.pprof" "http://$leader/debug/pprof/profile?seconds=15" &
 	p1=$!
 	curl -s -o "$OUT/$w-follower.pprof" "http://$follower/debug/pprof/profile?seconds=15" &
 	p2=$!
 	wait "$p1" "$p2"
+	cpu1=$(cpu "${PIDS[@]}")
+	t1=$(date +%s.%N)
 	if [ -n "${STRACE:-}" ]; then
 		# System calls by kind, counted for 5 s on the leader and a follower.
 		for role in leader follower; do
@@ -98,5 +114,13 @@ for w in "${WORKLOADS[@]}"; do
 	python3 -c "import sys; e=float(sys.argv[2])-float(sys.argv[1]); p=float(sys.argv[4])-float(sys.argv[3]); print(f'Raft entries {e:.0f}, commands proposed on the leader {p:.0f}, {p/max(e,1):.1f} per entry (forwarded commands count where they are proposed)')" "$idx0" "$idx1" "$ops0" "$ops1"
 	ops=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][-1]; print(r["ops_per_s"])' "$OUT/$w.jsonl")
 	echo "== $w: $ops ops/s"
+	# Each node's CPU per operation over the profiles' window, from /proc.
+	python3 -c "
+import sys
+a, b = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()]
+ops, secs = float(sys.argv[3]), float(sys.argv[5]) - float(sys.argv[4])
+roles = sys.argv[6].split(',')
+print('server CPU per operation (/proc, the profiles\' window): ' + ', '.join(f'{r} {1e6 * (y - x) / (ops * secs):.1f} us' for r, x, y in zip(roles, a, b)))
+" "$cpu0" "$cpu1" "$ops" "$t0" "$t1" "$roles"
 	python3 test/perf/cpu-share.py --ops "$(python3 -c "print(float('$ops')*15)")" "$OUT/holdfast" "$OUT/$w-leader.pprof" "$OUT/$w-follower.pprof"
 done
