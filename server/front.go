@@ -269,6 +269,11 @@ func (fc *frontConn) serve() {
 			return
 		}
 		keep := fc.answer(req, nil)
+		if fc.call.handedOff {
+			// Unanswered, and still whole at the start of the buffer.
+			fc.handOff()
+			return
+		}
 		if !keep || fc.f.closing.Load() || !fc.state.CompareAndSwap(connBusy, connIdle) {
 			_ = fc.conn.Close()
 			return

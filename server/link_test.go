@@ -57,6 +57,15 @@ func TestRefusedPeerLinkFallsBackToRESTForwarding(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// On a connection of its own, an acquire first reaches the follower's
+	// front, which does not forward: it hands the request, unanswered, to
+	// net/http, whose router forwards it.
+	_, before := follower.front.Counts()
+	a := rawExchange(t, strings.TrimPrefix(follower.url, "http://"), 1,
+		rawPost("/lease", `{"namespace":"`+ns+`","key":"fallback-2","ttl_seconds":30}`))[0]
+	if _, after := follower.front.Counts(); a.status != http.StatusCreated || after != before+1 {
+		t.Errorf("a new connection's acquire through the follower: %d %s, handed over %d times (want once)", a.status, a.raw, after-before)
+	}
 	out := logs.String()
 	if !strings.Contains(out, "the leader refused a peer link; forwarding REST requests instead") {
 		t.Fatal("the follower did not log the refused link")
