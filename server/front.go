@@ -67,7 +67,6 @@ type Front struct {
 	mu      sync.Mutex
 	conns   map[*frontConn]struct{}
 	closing atomic.Bool
-	active  sync.WaitGroup
 
 	date atomic.Pointer[frontDate]
 
@@ -328,6 +327,17 @@ type frontRequest struct {
 	close   bool
 }
 
+// deadline is now plus the first of the timeouts that is set, as net/http
+// falls back from one timeout to another; none set is no deadline.
+func deadline(now time.Time, timeouts ...time.Duration) time.Time {
+	for _, d := range timeouts {
+		if d > 0 {
+			return now.Add(d)
+		}
+	}
+	return time.Time{}
+}
+
 // setReadBy sets the read deadline when it moves by more than a second, so
 // a busy connection does not reset a timer on every request.
 func (fc *frontConn) setReadBy(t time.Time) {
@@ -359,7 +369,7 @@ func (fc *frontConn) fill() error {
 // times out before a request is whole).
 func (fc *frontConn) readRequest() (*frontRequest, error) {
 	srv := fc.f.hs
-	fc.setReadBy(time.Now().Add(srv.IdleTimeout))
+	fc.setReadBy(deadline(time.Now(), srv.IdleTimeout, srv.ReadTimeout))
 	for len(fc.buf) == 0 {
 		if err := fc.fill(); err != nil {
 			return nil, err
@@ -381,7 +391,7 @@ func (fc *frontConn) readRequest() (*frontRequest, error) {
 		if len(fc.buf) >= frontHeaderLimit {
 			return nil, errHandOff
 		}
-		fc.setReadBy(time.Now().Add(srv.ReadHeaderTimeout))
+		fc.setReadBy(deadline(time.Now(), srv.ReadHeaderTimeout, srv.ReadTimeout))
 		if err := fc.fill(); err != nil {
 			return nil, err
 		}
@@ -594,7 +604,7 @@ func (c *frontCall) Reply(r reply) {
 	out = strconv.AppendInt(out, int64(len(b)), 10)
 	out = append(out, "\r\n\r\n"...)
 	out = append(out, b...)
-	if by := now.Add(fc.f.hs.WriteTimeout); by.Sub(fc.writeBy) > time.Second {
+	if by := deadline(now, fc.f.hs.WriteTimeout); !by.IsZero() && by.Sub(fc.writeBy) > time.Second {
 		_ = fc.conn.SetWriteDeadline(by)
 		fc.writeBy = by
 	}
