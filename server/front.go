@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -282,7 +283,7 @@ func (fc *frontConn) serve() {
 
 // handOff gives the connection, with every byte read so far, to net/http.
 func (fc *frontConn) handOff() {
-	if !fc.state.CompareAndSwap(connBusy, connClosed) && !fc.state.CompareAndSwap(connIdle, connClosed) {
+	if !fc.state.CompareAndSwap(connBusy, connClosed) { // Shutdown closed it first
 		_ = fc.conn.Close()
 		return
 	}
@@ -414,7 +415,9 @@ func (fc *frontConn) readRequest() (*frontRequest, error) {
 		}
 	}
 	req.body = fc.buf[req.head:need:need]
-	if req.route.waits && hasWait(req.body) {
+	// A body that may name wait_seconds goes to net/http, which notices a
+	// client that leaves while it waits.
+	if req.route.waits && bytes.Contains(req.body, []byte("wait_seconds")) {
 		return nil, errHandOff
 	}
 	return req, nil
@@ -424,18 +427,6 @@ func (fc *frontConn) readRequest() (*frontRequest, error) {
 type shortBody struct{ err error }
 
 func (e *shortBody) Error() string { return "request body: " + e.err.Error() }
-
-// hasWait reports whether a body may name wait_seconds: such a request is
-// served by net/http, which notices a client that leaves while it waits.
-func hasWait(body []byte) bool {
-	const w = "wait_seconds"
-	for i := 0; i+len(w) <= len(body); i++ {
-		if body[i] == 'w' && string(body[i:i+len(w)]) == w {
-			return true
-		}
-	}
-	return false
-}
 
 // answer runs the request's handler and writes its answer. It reports
 // whether the connection may serve another request.

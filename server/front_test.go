@@ -82,13 +82,21 @@ func bodyKeys(m map[string]any) string {
 	return strings.Join(ks, ",")
 }
 
+// startLeader starts one node, serving through its front, and waits for it
+// to lead.
+func startLeader(t *testing.T) *testNode {
+	t.Helper()
+	n := startNode(t, "n0", true, io.Discard, server.Config{})
+	waitFor(t, "n0 to lead", 15*time.Second, func() bool { ok, _ := n.node.Ready(); return ok && n.node.IsLeader() })
+	return n
+}
+
 // TestFrontAnswersAsNetHTTP sends the same requests to one node through
 // the front and through net/http alone and checks that the answers agree:
 // status, headers but Date, and the body (byte for byte where it holds no
 // fresh id or token, else its fields).
 func TestFrontAnswersAsNetHTTP(t *testing.T) {
-	n := startNode(t, "n0", true, io.Discard, server.Config{})
-	waitFor(t, "n0 to lead", 15*time.Second, func() bool { ok, _ := n.node.Ready(); return ok && n.node.IsLeader() })
+	n := startLeader(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -180,8 +188,7 @@ func TestFrontAnswersAsNetHTTP(t *testing.T) {
 // not serve reach net/http on the same connection, after those it served,
 // and that pipelined, split and closing requests are answered in order.
 func TestFrontHandsOverWhatItDoesNotServe(t *testing.T) {
-	n := startNode(t, "n0", true, io.Discard, server.Config{})
-	waitFor(t, "n0 to lead", 15*time.Second, func() bool { ok, _ := n.node.Ready(); return ok && n.node.IsLeader() })
+	n := startLeader(t)
 	addr := strings.TrimPrefix(n.url, "http://")
 	q := rawExchange(t, addr, 1, rawPost("/queue", ""))[0].body
 	id, write, worker := q["queue_id"].(string), q["write_token"].(string), q["worker_token"].(string)
@@ -258,8 +265,7 @@ func TestFrontHandsOverWhatItDoesNotServe(t *testing.T) {
 // TestFrontShutdown checks that Shutdown closes idle connections and lets
 // a request in progress finish.
 func TestFrontShutdown(t *testing.T) {
-	n := startNode(t, "n0", true, io.Discard, server.Config{})
-	waitFor(t, "n0 to lead", 15*time.Second, func() bool { ok, _ := n.node.Ready(); return ok && n.node.IsLeader() })
+	n := startLeader(t)
 	addr := strings.TrimPrefix(n.url, "http://")
 	idle, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -317,8 +323,7 @@ func (l *flakyListener) Accept() (net.Conn, error) {
 // TestFrontRetriesAFailedAccept checks that an accept error other than a
 // closed listener is waited out, not the end of the server.
 func TestFrontRetriesAFailedAccept(t *testing.T) {
-	n := startNode(t, "n0", true, io.Discard, server.Config{})
-	waitFor(t, "n0 to lead", 15*time.Second, func() bool { ok, _ := n.node.Ready(); return ok && n.node.IsLeader() })
+	n := startLeader(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

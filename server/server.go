@@ -112,7 +112,7 @@ func (s *Server) HTTPServer() *http.Server {
 
 // requestContext bounds a handler's work.
 func (s *Server) requestContext(c *gin.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.Request.Context(), s.cfg.RequestTimeout)
+	return s.callContext(s.callOf(c))
 }
 
 // recoverJSON turns a panic in a handler into a logged 500 with a JSON body.
