@@ -257,9 +257,10 @@ func (r *Response) ErrorMessage() string {
 	return e.Error
 }
 
-// Outcome is a 503 answer's "outcome" ("not_applied", "unknown"), else "".
+// Outcome is the "outcome" ("not_applied", "unknown") of a 503, or of a
+// 507 from a node that cannot write its storage, else "".
 func (r *Response) Outcome() string {
-	if r == nil || r.Status != http.StatusServiceUnavailable {
+	if r == nil || (r.Status != http.StatusServiceUnavailable && r.Status != http.StatusInsufficientStorage) {
 		return ""
 	}
 	var o struct {

@@ -383,3 +383,32 @@ func TestTimeoutHeaderLetsTheNodeAnswerFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestStorageRefusalFailsOver: a 507 "storage" says nothing was written
+// (outcome not_applied), so the call moves to the next node; a 507 for a
+// cluster limit has no outcome and is the answer.
+func TestStorageRefusalFailsOver(t *testing.T) {
+	full := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusInsufficientStorage, "2", `{"ok":false,"error":"storage","outcome":"not_applied","node_id":"n1","storage":"raft-log"}`)
+	})
+	good := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusCreated, "", `{"ok":true}`)
+	})
+	c := mustNew(t, Config{Addrs: []string{full.URL, good.URL}, Timeout: 10 * time.Second})
+	resp, err := c.Do(context.Background(), post)
+	if err != nil || resp.Status != http.StatusCreated || full.hits.Load() != 1 {
+		t.Fatalf("Do = %v, %v after %d hits on the full node; want 201 from the next node", resp, err, full.hits.Load())
+	}
+
+	limit := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusInsufficientStorage, "", `{"ok":false,"error":"limit_reached","setting":"max_queues","limit":10}`)
+	})
+	other := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		answer(w, http.StatusCreated, "", `{"ok":true}`)
+	})
+	c = mustNew(t, Config{Addrs: []string{limit.URL, other.URL}, Timeout: 10 * time.Second})
+	resp, err = c.Do(context.Background(), post)
+	if err != nil || resp.Status != http.StatusInsufficientStorage || other.hits.Load() != 0 {
+		t.Fatalf("Do = %v, %v, %d hits on the other node; want the limit's 507, not sent again", resp, err, other.hits.Load())
+	}
+}

@@ -4,7 +4,8 @@
 //
 // A call moves to the next address when the request was never sent
 // (connection refused, no route, a failed TLS handshake, a TLS alert from
-// the node), when a node answers 503 with outcome "not_applied", or when a
+// the node), when a node answers 503 with outcome "not_applied" (or 507
+// "storage", also "not_applied": that node cannot write its files), or when a
 // read loses its answer: nothing happened there. After every
 // address has been tried once it waits for the longest Retry-After it was
 // given (at least a short pause) before the next round, all bounded by the
