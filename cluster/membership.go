@@ -465,7 +465,8 @@ type Status struct {
 }
 
 // Status reports this node's view of the cluster. Members come from the Raft
-// configuration, with HTTP addresses from the directory.
+// configuration, with HTTP addresses from the directory (this node's own from
+// its configuration until the directory has been replayed).
 func (n *Node) Status() Status {
 	leaderID, leaderHTTP := n.Leader()
 	ready, _ := n.Ready()
@@ -493,6 +494,9 @@ func (n *Node) Status() Status {
 			m := Member{ID: string(s.ID), HTTPAddr: info.HTTPAddr, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter}
 			if m.ID == n.cfg.NodeID {
 				m.Level, m.BuildVersion = fsm.BuildLevel, n.cfg.BuildVersion
+				if m.HTTPAddr == "" { // the directory is not replayed yet
+					m.HTTPAddr = n.cfg.HTTPAdvertise
+				}
 			} else if r, ok := n.levels.of(m.ID); ok {
 				m.Level, m.BuildVersion = r.level, r.version
 			}

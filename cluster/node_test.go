@@ -546,3 +546,22 @@ func TestMovedAddress(t *testing.T) {
 		t.Error("a node alone elects itself wherever it listens")
 	}
 }
+
+// TestStatusNamesOwnAddressBeforeReplay: before a node has replayed the
+// directory (at start, before it leads or hears from a leader), its own
+// member entry carries its configured HTTP address, not an empty one.
+func TestStatusNamesOwnAddressBeforeReplay(t *testing.T) {
+	cfg := testConfig(t, "solo", t.TempDir(), true)
+	n := open(t, cfg)
+	check := func(when string) {
+		t.Helper()
+		for _, m := range n.Status().Nodes {
+			if m.ID == "solo" && m.HTTPAddr != cfg.HTTPAdvertise {
+				t.Fatalf("%s: own member entry has http_addr %q, want %q", when, m.HTTPAddr, cfg.HTTPAdvertise)
+			}
+		}
+	}
+	check("at start")
+	waitReadyLeader(t, n)
+	check("once leading")
+}
