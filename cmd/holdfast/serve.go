@@ -120,22 +120,35 @@ func applyEnv(fs *flag.FlagSet) error {
 	return err
 }
 
-// resolveNodeID returns the configured id, or the one kept in the data
-// dir, or else the one the node certificate names (certID, "" without peer
-// TLS), or else a generated one; a new id is stored in the data dir.
+// resolveNodeID returns the node's id and keeps it in the data dir, so a
+// restart without --node-id is the same node. The id is the one given
+// (--node-id), or the one kept, or else the one the node certificate names
+// (certID, "" without peer TLS), or else a generated one. It refuses an id
+// that differs from the kept one, and a data dir that holds Raft state but
+// no kept id (started with --node-id by a build that did not keep it)
+// unless the id is given or certified: either would start another node on
+// this one's Raft state.
 func (c *serveConfig) resolveNodeID(certID string) (string, error) {
 	path := filepath.Join(c.dataDir, "node-id")
-	if c.nodeID != "" {
-		return c.nodeID, nil
-	}
+	kept := ""
 	if b, err := os.ReadFile(path); err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" {
-			return id, nil
-		}
+		kept = strings.TrimSpace(string(b))
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("read node id: %w", err)
 	}
-	id := certID
+	switch {
+	case kept != "" && c.nodeID != "" && c.nodeID != kept:
+		return "", fmt.Errorf("--node-id %q: the data dir %s belongs to node %q (its node-id file); start it with that id, or give a new node an empty data dir", c.nodeID, c.dataDir, kept)
+	case kept != "":
+		return kept, nil
+	}
+	id := c.nodeID
+	if id == "" {
+		id = certID
+	}
+	if id == "" && holdsRaftState(c.dataDir) {
+		return "", fmt.Errorf("the data dir %s holds a node's Raft state but no node-id file: start it with --node-id and the id it had (once given, it is kept)", c.dataDir)
+	}
 	if id == "" {
 		var r [6]byte
 		if _, err := rand.Read(r[:]); err != nil {
@@ -150,6 +163,16 @@ func (c *serveConfig) resolveNodeID(certID string) (string, error) {
 		return "", fmt.Errorf("store node id: %w", err)
 	}
 	return id, nil
+}
+
+// holdsRaftState reports whether dir has a Raft log or stable store.
+func holdsRaftState(dir string) bool {
+	for _, name := range []string{cluster.StorageStable, cluster.StorageLog} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // offsetClock returns the wall clock shifted by d (time.Now itself when d is 0).

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,9 +72,51 @@ func TestNodeIDIsGeneratedOnceAndKept(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(b)) != first {
 		t.Fatalf("node-id file %q, %v", b, err)
 	}
+	c.nodeID = first
+	if id, err := c.resolveNodeID(""); err != nil || id != first {
+		t.Fatalf("the kept id given again: %q, %v", id, err)
+	}
 	c.nodeID = "explicit"
-	if id, _ := c.resolveNodeID(""); id != "explicit" {
-		t.Fatalf("an explicit id must win, got %q", id)
+	if id, err := c.resolveNodeID(""); err == nil || !strings.Contains(err.Error(), first) {
+		t.Fatalf("another id on a kept one: %q, %v; want a refusal naming %q", id, err, first)
+	}
+}
+
+// TestGivenNodeIDIsKept: an id given with --node-id is kept, so a restart
+// without the flag is the same node, not a new one on its Raft state.
+func TestGivenNodeIDIsKept(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	c := &serveConfig{dataDir: dir, nodeID: "n2"}
+	if id, err := c.resolveNodeID(""); err != nil || id != "n2" {
+		t.Fatalf("first start: %q, %v", id, err)
+	}
+	c.nodeID = ""
+	if id, err := c.resolveNodeID(""); err != nil || id != "n2" {
+		t.Fatalf("restart without --node-id: %q, %v; want n2", id, err)
+	}
+}
+
+// TestRaftStateWithoutKeptIDIsRefused: a data dir written by a build that
+// did not keep a given id starts only with --node-id, which is then kept.
+func TestRaftStateWithoutKeptIDIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "raft-log"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := &serveConfig{dataDir: dir}
+	if id, err := c.resolveNodeID(""); err == nil || !strings.Contains(err.Error(), "--node-id") {
+		t.Fatalf("no id for Raft state: %q, %v; want a refusal naming --node-id", id, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node-id")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused start wrote a node-id file: %v", err)
+	}
+	c.nodeID = "n3"
+	if id, err := c.resolveNodeID(""); err != nil || id != "n3" {
+		t.Fatalf("with --node-id: %q, %v", id, err)
+	}
+	c.nodeID = ""
+	if id, err := c.resolveNodeID(""); err != nil || id != "n3" {
+		t.Fatalf("then without: %q, %v; want the kept n3", id, err)
 	}
 }
 
