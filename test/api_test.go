@@ -310,7 +310,7 @@ func noSecretsAtRest(t *testing.T, e *apiEnv) {
 	// it searches.
 	for _, n := range e.c.Nodes() {
 		var bolt, segs, snaps []file
-		nodeID := true // written only when --node-id is not given
+		nodeID := true // the kept id, when the file is there, must be this node's
 		for _, f := range files {
 			if f.node != n.ID {
 				continue
