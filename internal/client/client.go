@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -101,6 +102,9 @@ func New(cfg Config) (*Client, error) {
 		if !strings.HasPrefix(a, "http://") && !strings.HasPrefix(a, "https://") {
 			return nil, fmt.Errorf("address %q: the scheme must be http or https", a)
 		}
+		if err := checkAddr(a); err != nil {
+			return nil, err
+		}
 		bases = append(bases, a)
 	}
 	if len(bases) == 0 {
@@ -117,6 +121,28 @@ func New(cfg Config) (*Client, error) {
 		key:     cfg.ClusterKey,
 		cur:     new(atomic.Int64),
 	}, nil
+}
+
+// checkAddr refuses an address no request could be built for: a bad host
+// or a port that is not a number from 1 to 65535.
+func checkAddr(a string) error {
+	u, err := url.Parse(a)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("address %q: %w", a, err)
+	}
+	if u.Hostname() == "" {
+		return fmt.Errorf("address %q: no host", a)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("address %q: the port must be a number from 1 to 65535", a)
+		}
+	}
+	return nil
 }
 
 // SplitAddrs splits a comma-separated list (of addresses), trimming spaces

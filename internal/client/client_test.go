@@ -412,3 +412,18 @@ func TestStorageRefusalFailsOver(t *testing.T) {
 		t.Fatalf("Do = %v, %v, %d hits on the other node; want the limit's 507, not sent again", resp, err, other.hits.Load())
 	}
 }
+
+// TestBadAddressIsRefusedUpFront: an address no request can be built for is
+// an error of New (a usage error), not an attempt whose outcome is unknown.
+func TestBadAddressIsRefusedUpFront(t *testing.T) {
+	for _, a := range []string{"127.0.0.1:abc", "127.0.0.1 18000", "127.0.0.1:18000:1", "127.0.0.1:0", "127.0.0.1:70000", "http://:7070", "ftp://127.0.0.1:7070"} {
+		if _, err := New(Config{Addrs: []string{a}}); err == nil || !strings.Contains(err.Error(), "address") {
+			t.Errorf("New(%q) = %v; want an error naming the address", a, err)
+		}
+	}
+	for _, a := range []string{"127.0.0.1:7070", "localhost:7070", "[::1]:7070", "http://127.0.0.1:7070/", "https://node.example.internal", "10.0.0.1"} {
+		if _, err := New(Config{Addrs: []string{a}}); err != nil {
+			t.Errorf("New(%q): %v", a, err)
+		}
+	}
+}
