@@ -159,6 +159,14 @@ func TestCLI(t *testing.T) {
 		cli.want(2, nil, "exec", "--key", "k")
 		cli.want(2, nil, "work", "--queue", "q", "--token", "t")
 		cli.want(0, nil, "lease", "-h")
+		// An address no request can be built for: nothing was sent.
+		cli.want(2, []string{"HOLDFAST_ADDR=127.0.0.1:abc"}, "lease", "namespace")
+		cli.want(2, nil, "lease", "complete", "--key", "k", "--owner-token", "t")
+		cli.want(2, nil, "queue", "create", "--env", "--field", "queue_id")
+		cli.want(0, nil, "lease", "namespace", "--timeout", "30")
+		if r := cli.want(0, []string{"HOLDFAST_SHOW_STATUS=0"}, "lease", "namespace", "--field", "ok"); strings.Contains(r.stderr, "HTTP 200") {
+			t.Errorf("HOLDFAST_SHOW_STATUS=0 printed the status: %s", r)
+		}
 	})
 	t.Run("lease", func(t *testing.T) { cliLease(t, cli.with(t)) })
 	t.Run("queue", func(t *testing.T) { cliQueue(t, cli.with(t)) })
@@ -216,6 +224,13 @@ func TestCLI(t *testing.T) {
 		e := []string{"HOLDFAST_QUEUE=" + vals[0], "HOLDFAST_READ_TOKEN=" + cli.secret(vals[3])}
 		if got := cli.want(0, e, "queue", "get", "--field", "counts.total").stdout; got != "0" {
 			t.Errorf("the new queue's total: %q", got)
+		}
+		// A refusal prints nothing a shell would evaluate.
+		def := cli.want(0, nil, "cluster", "settings", "--field", "settings.queues_per_client").stdout
+		cli.want(0, nil, "cluster", "settings", "--set", "queues_per_client=1")
+		defer cli.want(0, nil, "cluster", "settings", "--set", "queues_per_client="+def)
+		if r := cli.want(3, nil, "queue", "create", "--env"); r.stdout != "" || !strings.Contains(r.stderr, "HTTP 429") {
+			t.Errorf("a refused queue create --env: %s", r)
 		}
 	})
 }
@@ -292,6 +307,12 @@ func cliQueue(t *testing.T, cli *cliEnv) {
 		t.Fatalf("claimed %v, enqueued %s", cl["job_id"], job)
 	}
 	cli.want(3, e, "queue", "claim") // empty: try later
+	// Empty is "try later" whatever field is asked for; nothing is printed.
+	if r := cli.want(3, e, "queue", "claim", "--field", "job.receipt"); r.stdout != "" {
+		t.Errorf("an empty claim's job.receipt printed %q", r.stdout)
+	}
+	cli.want(2, e, "queue", "enqueue", "--key", "no-payload")
+	cli.want(2, e, "queue", "enqueue", "--payload", "1")
 	start := time.Now()
 	cli.want(3, e, "queue", "claim", "--wait", "1") // waited, still empty
 	if el := time.Since(start); el < 900*time.Millisecond {

@@ -48,7 +48,7 @@ func addConnFlags(fs *flag.FlagSet) *clientOpts {
 	fs.StringVar(&o.keyFile, "client-key-file", envRenamed("HOLDFAST_CLIENT_KEY_FILE", "HOLDFAST_KEY_FILE", w), "PEM private key of --client-cert-file (HOLDFAST_CLIENT_KEY_FILE); not the lease key, which is --key")
 	fs.Var(renamedFlag{&o.certFile, "cert-file", "client-cert-file", w}, "cert-file", "the former name of --client-cert-file")
 	fs.Var(renamedFlag{&o.keyFile, "key-file", "client-key-file", w}, "key-file", "the former name of --client-key-file")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on each call, failover and waits included")
+	durationVar(fs, &o.timeout, "timeout", 30*time.Second, "bound on each call, failover included; a --wait is added to it")
 	return o
 }
 
@@ -86,8 +86,15 @@ func envRenamed(name, old string, warn io.Writer) string {
 func addClientFlags(fs *flag.FlagSet) *clientOpts {
 	o := addConnFlags(fs)
 	fs.StringVar(&o.field, "field", "", "print only this field of the answer (dotted for nested: job.receipt), strings raw")
-	fs.BoolVar(&o.showStatus, "status", envOr("HOLDFAST_SHOW_STATUS", "") != "", "also print the HTTP status of a success to stderr (failures always show it) (HOLDFAST_SHOW_STATUS)")
+	fs.BoolVar(&o.showStatus, "status", envBool("HOLDFAST_SHOW_STATUS"), "also print the HTTP status of a success to stderr (failures always show it) (HOLDFAST_SHOW_STATUS: 1, true, 0 or false)")
 	return o
+}
+
+// envBool reads a true/false environment variable (1, t, true, 0, f,
+// false, any case); unset, empty or anything else is false.
+func envBool(name string) bool {
+	b, err := strconv.ParseBool(strings.TrimSpace(os.Getenv(name)))
+	return err == nil && b
 }
 
 // client builds the API client the flags describe.
@@ -188,6 +195,8 @@ func jsonArg(name, v string, stdin io.Reader) (json.RawMessage, error) {
 	var b []byte
 	var err error
 	switch {
+	case v == "":
+		return nil, fmt.Errorf("--%s is required: JSON text, @FILE or - for stdin", name)
 	case v == "-":
 		b, err = io.ReadAll(io.LimitReader(stdin, 1<<20))
 	case strings.HasPrefix(v, "@"):
@@ -345,7 +354,12 @@ func (c call) run(stdout, stderr io.Writer) int {
 	if err != nil {
 		return errExit(stderr, c.cmd, err)
 	}
-	if c.render != nil && r.OK() {
+	if c.render != nil && !r.OK() {
+		// The rendered form (shell lines, say) is what stdout is for: a
+		// refusal goes to stderr whole, so nothing of it is evaluated.
+		return printAnswer(stderr, stderr, c.cmd, "", c.opts.showStatus, r)
+	}
+	if c.render != nil {
 		printAnswer(io.Discard, stderr, c.cmd, "", c.opts.showStatus, r)
 		if err := c.render(r.Body, stdout); err != nil {
 			fmt.Fprintf(stderr, "holdfast %s: %v\n", c.cmd, err)
@@ -353,11 +367,18 @@ func (c call) run(stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	code := printAnswer(stdout, stderr, c.cmd, c.opts.field, c.opts.showStatus, r)
-	if code == exitOK && c.emptyIsLater && isEmptyClaim(r.Body) {
+	if c.emptyIsLater && r.OK() && isEmptyClaim(r.Body) {
+		// No job: try later, whatever field was asked for (a field inside
+		// the job is absent, so nothing is printed for it).
+		if f := c.opts.field; f != "" && f != "job" {
+			printAnswer(io.Discard, stderr, c.cmd, "", c.opts.showStatus, r)
+			fmt.Fprintf(stderr, "holdfast %s: no job to claim\n", c.cmd)
+			return exitLater
+		}
+		printAnswer(stdout, stderr, c.cmd, c.opts.field, c.opts.showStatus, r)
 		return exitLater
 	}
-	return code
+	return printAnswer(stdout, stderr, c.cmd, c.opts.field, c.opts.showStatus, r)
 }
 
 // isEmptyClaim says whether a claim's answer is {"job": null}.

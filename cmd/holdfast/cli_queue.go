@@ -112,6 +112,9 @@ func queueCreate(args []string, stdout, stderr io.Writer) int {
 		Method: http.MethodPost, Path: client.APIPrefix + "/queue", Body: []byte(`{}`),
 	}}
 	if *asEnv {
+		if o.field != "" {
+			return usageError(stderr, "queue create", errors.New("--field and --env cannot be combined"))
+		}
 		c.render = exportQueue
 	}
 	return c.run(stdout, stderr)
@@ -149,9 +152,12 @@ func isLowerHex(s string) bool {
 func queueEnqueue(args []string, stdout, stderr io.Writer) int {
 	q := newQueueFlags("queue enqueue", writeRole, stderr)
 	key := q.fs.String("key", "", "job_key (required): the same key and payload again is deduplicated")
-	payload := q.fs.String("payload", "null", "the payload: JSON text, @FILE or - for stdin")
+	payload := q.fs.String("payload", "", "the payload (required): JSON text, @FILE or - for stdin")
 	if code, ok := parseFlags(q.fs, args); !ok {
 		return code
+	}
+	if *key == "" {
+		return usageError(stderr, "queue enqueue", errors.New("--key is required"))
 	}
 	token, err := q.resolve()
 	if err != nil {

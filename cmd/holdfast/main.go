@@ -68,7 +68,7 @@ Commands:
   bench           closed-loop load: lease or queue cycles per second and latency percentiles
   tls             make a cluster CA and issue node and client certificates ("holdfast tls -h")
   lease           namespace, acquire, renew, release, complete ("holdfast lease -h")
-  queue           create, enqueue, claim, ack, release, renew, get, job ("holdfast queue -h")
+  queue           create, enqueue, claim, ack, release, renew, retry, get, job ("holdfast queue -h")
   cluster         status, settings, join, remove ("holdfast cluster -h")
   snapshot        save FILE (a backup of the replicated state), inspect FILE
   exec            run a command under a lease, with its fencing token in the environment

@@ -357,7 +357,10 @@ func (w *workRun) settle(job *claimed, action, why string, delay time.Duration) 
 		w.logf("job %s (key %s, attempt %d): %s, %s refused: HTTP %d: %s", job.JobID, job.JobKey, job.Attempts, why, action, resp.Status, resp.ErrorMessage())
 	default:
 		past := map[string]string{"ack": "acked", "release": "released"}[action]
-		if delay > 0 {
+		switch status, _ := lookupField(resp.Body, "job.status"); {
+		case action == "release" && status == "failed":
+			past += " and failed: it has no attempts left (holdfast queue retry moves it back)"
+		case delay > 0:
 			past += fmt.Sprintf(" (claimable again in %v)", delay)
 		}
 		w.logf("job %s (key %s, attempt %d): %s, %s", job.JobID, job.JobKey, job.Attempts, why, past)

@@ -224,7 +224,7 @@ func leaseAnswer(r *fsm.LeaseResult) (LeaseAnswer, error) {
 		e.RetryAfter = int(r.RetryAfterSeconds)
 		return LeaseAnswer{}, e
 	case fsm.LeaseConflict:
-		return LeaseAnswer{}, Fail(KindConflict, "Key is bound to another fingerprint until its 24-hour lifecycle ends", jsonenc.H{
+		return LeaseAnswer{}, Fail(KindConflict, "Key is bound to another fingerprint until its lifecycle ends at "+RFC3339(r.AbsoluteExpiresAt), jsonenc.H{
 			"status":                        "conflict",
 			"absolute_expires_at_timestamp": UnixSeconds(r.AbsoluteExpiresAt),
 			"absolute_expires_at":           RFC3339(r.AbsoluteExpiresAt),
