@@ -61,6 +61,10 @@ type Config struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
+	// SnapshotRetry is how often a node whose last snapshot failed to be
+	// written tries again (default 10 s), so the fault ends once there is
+	// room, not only after SnapshotThreshold more entries.
+	SnapshotRetry time.Duration
 	// LogSegmentSize is the size of the Raft log's segment files (default
 	// raftlog.DefaultSegmentSize, 16 MiB). Tests of a full disk make it
 	// small, so a few hundred entries need a new segment.
@@ -113,6 +117,7 @@ func (c *Config) setDefaults() {
 		{&c.ElectionTimeout, time.Second},
 		{&c.CommitTimeout, 50 * time.Millisecond},
 		{&c.SnapshotInterval, 120 * time.Second},
+		{&c.SnapshotRetry, 10 * time.Second},
 		{&c.SweepInterval, time.Second},
 		{&c.ProposeTimeout, 10 * time.Second},
 		{&c.MaxClockSkew, time.Second},

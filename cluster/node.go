@@ -78,6 +78,10 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
+	if err := n.removeUnfinishedSnapshots(); err != nil {
+		n.closeStores()
+		return nil, err
+	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 3, quietLogger{cfg.Logger.Named("snapshots"), n.storage, nil})
 	if err != nil {
 		n.closeStores()
@@ -135,6 +139,7 @@ func Open(cfg Config) (*Node, error) {
 	n.goLoop(n.flush)
 	n.goLoop(n.registerLoop)
 	n.goLoop(n.clockLoop)
+	n.goLoop(n.snapshotRetryLoop)
 	alone := len(cfg.Join) == 0 && cfg.BootstrapExpect <= 1
 	switch {
 	case cfg.Restore != nil && hasState:

@@ -21,6 +21,30 @@ var ErrCorruptSnapshot = errors.New("corrupt snapshot")
 // snapshot store's sight, when the node starts from an older one.
 const damagedSnapshotsDir = "damaged-snapshots"
 
+// removeUnfinishedSnapshots removes the snapshot store's temporary
+// directories (*.tmp): a snapshot written when the node stopped, or one that
+// failed, which was never finished, so nothing was ever read from it.
+func (n *Node) removeUnfinishedSnapshots() error {
+	dir := filepath.Join(n.cfg.DataDir, "snapshots")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("remove an unfinished snapshot: %w", err)
+		}
+		n.log.Info("removed an unfinished snapshot", "dir", filepath.Join(dir, e.Name()))
+	}
+	return nil
+}
+
 // checkSnapshots finds the snapshot Raft will start from (the newest whose
 // meta reads, whose CRC and the state machine's own checksum verify) and
 // makes sure the log continues from it, so the node never starts with

@@ -118,3 +118,34 @@ func TestDamagedSnapshotWithoutLogRefuses(t *testing.T) {
 		t.Fatalf("the damaged snapshot was moved: %v", err)
 	}
 }
+
+// TestUnfinishedSnapshotsAreRemovedAtStart: a snapshot directory left
+// unfinished (*.tmp, by a failed write or a stop in the middle) is removed
+// when the node starts; finished snapshots stay.
+func TestUnfinishedSnapshotsAreRemovedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, testConfig(t, "solo", dir, true))
+	waitReadyLeader(t, n)
+	if err := n.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "snapshots", "2-405-1796000000000.tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "state.bin"), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n = open(t, testConfig(t, "solo", dir, true))
+	waitReadyLeader(t, n)
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unfinished snapshot is still there: %v", err)
+	}
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) == 0 {
+		t.Errorf("finished snapshots after the start: %v, %v", metas, err)
+	}
+}

@@ -3,6 +3,8 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -180,6 +182,14 @@ func (h *storageHealth) outcome(kind string, err error) {
 	if err != nil || h.blocked.Load() {
 		h.report(kind, err)
 	}
+}
+
+// failing reports whether writes of kind fail.
+func (h *storageHealth) failing(kind string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.faults[kind]
+	return ok
 }
 
 // writeFault returns the fault that keeps this node from writing Raft
@@ -505,6 +515,53 @@ func (s *watchedSink) Close() error {
 	err := s.SnapshotSink.Close()
 	s.health.report(StorageSnapshots, err)
 	return err
+}
+
+// snapshotRetryLoop takes a snapshot again, every SnapshotRetry, while the
+// last one could not be written: otherwise the next is taken only after
+// SnapshotThreshold more entries, and the fault (with /readyz) would outlast
+// its cause. A snapshot that closes ends the fault; with nothing new to
+// snapshot, a probe file written and synced in the snapshots directory
+// does.
+func (n *Node) snapshotRetryLoop() {
+	t := time.NewTicker(n.cfg.SnapshotRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-t.C:
+		}
+		if !n.storage.failing(StorageSnapshots) {
+			continue
+		}
+		// A failure is reported by the snapshot store itself.
+		if err := n.raft.Snapshot().Error(); errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			n.storage.report(StorageSnapshots, probeDir(filepath.Join(n.cfg.DataDir, StorageSnapshots)))
+		}
+	}
+}
+
+// probeDir writes, syncs and removes a small file in dir.
+func probeDir(dir string) error {
+	f, err := os.CreateTemp(dir, "probe-*.tmp")
+	if err != nil {
+		return fmt.Errorf("probe the snapshots directory: %w", err)
+	}
+	_, err = f.Write(make([]byte, 4096))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if rerr := os.Remove(f.Name()); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("probe the snapshots directory: %w", err)
+	}
+	return nil
 }
 
 // Storage returns this node's storage condition.

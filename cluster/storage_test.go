@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -464,5 +465,31 @@ func TestNodeReportsStorage(t *testing.T) {
 	}
 	if ok, why := n.Ready(); ok || !strings.Contains(why, "stopping") {
 		t.Errorf("Ready after poisoning: %v %q", ok, why)
+	}
+}
+
+// TestSnapshotFaultEndsWithoutNewEntries: a snapshots fault is retried on
+// its own, so it ends once writes work, not only after SnapshotThreshold
+// more entries: by a snapshot taken again, or, with nothing new to
+// snapshot, by a probe of the directory.
+func TestSnapshotFaultEndsWithoutNewEntries(t *testing.T) {
+	cfg := testConfig(t, "n1", t.TempDir(), true)
+	cfg.SnapshotRetry = 50 * time.Millisecond
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	if _, err := acquire(context.Background(), n, "k", "A"); err != nil {
+		t.Fatal(err)
+	}
+	for _, phase := range []string{"a snapshot taken again", "a probe with nothing new"} {
+		before := n.raft.Stats()["last_snapshot_index"]
+		n.storage.report(StorageSnapshots, noSpace(cfg.DataDir+"/snapshots/1-2-3.tmp"))
+		if ok, _ := n.Ready(); ok {
+			t.Fatalf("%s: ready during a snapshots fault", phase)
+		}
+		waitFor(t, phase, 5*time.Second, func() bool { return n.Storage().OK })
+		after := n.raft.Stats()["last_snapshot_index"]
+		if took := after != before; took != (phase == "a snapshot taken again") {
+			t.Errorf("%s: last snapshot index %s, then %s", phase, before, after)
+		}
 	}
 }
