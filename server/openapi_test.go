@@ -100,6 +100,26 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	}
 }
 
+// TestOpenAPIDocumentsTheTimeoutHeader: every route checks
+// X-Holdfast-Timeout (a middleware of the whole router), so every path
+// names the header and every operation lists the 400 a bad value gets.
+func TestOpenAPIDocumentsTheTimeoutHeader(t *testing.T) {
+	for path, item := range loadOpenAPI(t).Paths.Map() {
+		named := false
+		for _, p := range item.Parameters {
+			named = named || p.Value != nil && p.Value.In == "header" && p.Value.Name == "X-Holdfast-Timeout"
+		}
+		if !named {
+			t.Errorf("%s does not name the X-Holdfast-Timeout header", path)
+		}
+		for method, op := range item.Operations() {
+			if op.Responses.Value("400") == nil {
+				t.Errorf("%s %s lists no 400 for a bad X-Holdfast-Timeout", method, path)
+			}
+		}
+	}
+}
+
 // TestOpenAPIDocumentIsValid loads the document with kin-openapi, which
 // resolves every $ref, and validates it as OpenAPI 3.1 (schemas, examples,
 // defaults and patterns included).
