@@ -327,6 +327,11 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		}
 		return unreachableErr(c.bases, reach, lastErr)
 	}
+	// setup stays true through a round in which every node failed for a
+	// reason another round cannot change (a certificate that does not
+	// verify, TLS spoken to a plain listener or the reverse): then the call
+	// ends at once rather than at its timeout.
+	setup := true
 	for tried := 1; ; tried++ {
 		if ctx.Err() != nil {
 			return giveUp(last, finalErr(), ctx.Err())
@@ -339,6 +344,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		// A read never takes effect; any other request may have, unless it
 		// certainly never reached a node.
 		harmless := err != nil && (neverSent(err) || readOnly(req.Method))
+		setup = setup && err != nil && setupErr(err)
 		if req.Once {
 			if err != nil && !harmless {
 				err = unknownErr(req, c.bases[i], err)
@@ -374,6 +380,10 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		if tried%len(c.bases) != 0 {
 			continue
 		}
+		if setup {
+			return nil, finalErr()
+		}
+		setup = true
 		t := time.NewTimer(max(pause, minRoundPause))
 		pause = 0
 		select {
@@ -486,13 +496,38 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 	}
 	if resp.StatusCode == http.StatusBadRequest && bytes.HasPrefix(raw, []byte(plainToTLS)) {
 		// Go's TLS server answers plain HTTP so, before any handler runs.
-		return nil, &unsentError{fmt.Errorf("%s serves HTTPS, and this call spoke plain HTTP: give --ca-file (or HOLDFAST_CA_FILE) with the cluster's CA certificate", base)}
+		return nil, &unsentError{&plainToTLSError{base}}
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: raw, Addr: base}, nil
 }
 
 // plainToTLS begins the answer of a TLS listener to a plain HTTP request.
 const plainToTLS = "Client sent an HTTP request to an HTTPS server"
+
+// setupErr says whether err is a TLS set-up mistake that trying again
+// cannot mend: the node's certificate does not verify, the node speaks
+// plain HTTP to a TLS client or answers a plain client as a TLS server, or
+// it refused the handshake with an alert (no client certificate, say).
+func setupErr(err error) bool {
+	var plain *plainToTLSError
+	var op *net.OpError // crypto/tls reports a TLS alert from the peer as a "remote error"
+	var rec tls.RecordHeaderError
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	return errors.As(err, &plain) || errors.As(err, &op) && op.Op == "remote error" ||
+		errors.As(err, &rec) || errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) ||
+		// net/http's own text for a TLS record that looks like HTTP, which
+		// it returns instead of the tls.RecordHeaderError.
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
+}
+
+// plainToTLSError is the answer of a TLS listener to a plain HTTP request.
+type plainToTLSError struct{ base string }
+
+func (e *plainToTLSError) Error() string {
+	return e.base + " serves HTTPS, and this call spoke plain HTTP: give --ca-file (or HOLDFAST_CA_FILE) with the cluster's CA certificate"
+}
 
 // unsentError is the failure of an attempt that never wrote its whole request.
 type unsentError struct{ err error }
@@ -511,12 +546,8 @@ func neverSent(err error) bool {
 		return true
 	}
 	var op *net.OpError
-	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "remote error") {
-		return true // crypto/tls reports a TLS alert from the peer as a "remote error"
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
 	}
-	var rec tls.RecordHeaderError
-	var cv *tls.CertificateVerificationError
-	var ua x509.UnknownAuthorityError
-	var hn x509.HostnameError
-	return errors.As(err, &rec) || errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn)
+	return setupErr(err)
 }

@@ -265,17 +265,26 @@ func TestTLSWithCAFile(t *testing.T) {
 	if err != nil || resp.Status != http.StatusOK {
 		t.Fatalf("Do over TLS = %v, %v", resp, err)
 	}
+	// Set-up mistakes end the call after one round, not at its timeout
+	// (30 s here): another round cannot mend them.
+	quick := func(what string, c *Client, want string) {
+		t.Helper()
+		start := time.Now()
+		_, err := c.Do(context.Background(), post)
+		if err == nil || errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error saying %q, not an unknown outcome", what, err, want)
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("%s: the call took %v, as long as its timeout", what, d)
+		}
+	}
 	// Plain HTTP to the TLS node: the error says to give the CA file.
-	c = mustNew(t, Config{Addrs: []string{srv.Listener.Addr().String()}, Timeout: time.Second})
-	if _, err := c.Do(context.Background(), post); err == nil || errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), "--ca-file") {
-		t.Fatalf("plain HTTP to a TLS node: %v, want a hint to give --ca-file", err)
-	}
-	// Without the CA the certificate is refused and the call fails without
-	// an unknown outcome (nothing was sent).
-	c = mustNew(t, Config{Addrs: []string{srv.URL}, Timeout: time.Second})
-	if _, err := c.Do(context.Background(), post); err == nil || errors.Is(err, ErrUnknown) {
-		t.Fatalf("Do without the CA: %v; want a certificate error", err)
-	}
+	quick("plain HTTP to a TLS node", mustNew(t, Config{Addrs: []string{srv.Listener.Addr().String()}, Timeout: 30 * time.Second}), "--ca-file")
+	// Without the CA the certificate is refused (nothing was sent).
+	quick("HTTPS without the CA", mustNew(t, Config{Addrs: []string{srv.URL}, Timeout: 30 * time.Second}), "certificate")
+	// HTTPS to a plain node.
+	plain := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, "", `{}`) })
+	quick("HTTPS to a plain node", mustNew(t, Config{Addrs: []string{plain.Listener.Addr().String()}, CAFile: ca, Timeout: 30 * time.Second}), "HTTP response to HTTPS client")
 }
 
 func TestConfigErrors(t *testing.T) {

@@ -9,7 +9,8 @@
 // read loses its answer: nothing happened there. After every
 // address has been tried once it waits for the longest Retry-After it was
 // given (at least a short pause) before the next round, all bounded by the
-// call's timeout. A request whose outcome is unknown (the connection broke
+// call's timeout; a round in which every address failed for a TLS set-up
+// mistake ends the call at once. A request whose outcome is unknown (the connection broke
 // after the request was written, or 503 with outcome "unknown") is sent again
 // only when the caller marks it Repeatable, which the README's error table
 // allows for acquires with a fingerprint, enqueues and acks.
