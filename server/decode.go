@@ -28,7 +28,7 @@ func readJSONBody(c call, limit int64, allowEmpty bool) ([]byte, error) {
 		return []byte("{}"), nil
 	}
 	if !isJSONMediaType(ct) {
-		return nil, &bodyError{http.StatusUnsupportedMediaType, "Content-Type must be application/json", ""}
+		return nil, &bodyError{http.StatusUnsupportedMediaType, "Content-Type must be application/json", "Content-Type"}
 	}
 	b, err := c.Body(limit)
 	if err != nil {

@@ -639,7 +639,7 @@ func queueRoles(t *testing.T, e *apiEnv, n *harness.Node) {
 			}
 			what := ep.name + " with " + bad.name
 			a := e.do(t, n, c)
-			if expectError(t, what, a, http.StatusUnauthorized, "", nil) {
+			if expectError(t, what, a, http.StatusUnauthorized, "Authorization", nil) {
 				if h := a.Header.Get("WWW-Authenticate"); !strings.HasPrefix(h, "Bearer") {
 					t.Errorf("%s: WWW-Authenticate %q, want a Bearer challenge", what, h)
 				}
@@ -660,7 +660,7 @@ func queueRoles(t *testing.T, e *apiEnv, n *harness.Node) {
 		check403("stale job read with the "+role+" token", e.do(t, n, call{method: http.MethodGet, path: "/queue/" + q.id + "/jobs/" + w.id + "?stale=true", token: tokens[role]}))
 	}
 	a401 := e.do(t, n, call{method: http.MethodGet, path: "/queue/" + q.id + "?stale=true"})
-	expectError(t, "stale read without a token", a401, http.StatusUnauthorized, "", nil)
+	expectError(t, "stale read without a token", a401, http.StatusUnauthorized, "Authorization", nil)
 
 	// The scheme is case-insensitive (RFC 9110): "bearer" works.
 	a := e.do(t, n, call{method: http.MethodGet, path: "/queue/" + q.id, auth: "bearer " + q.read})

@@ -26,10 +26,10 @@ func ParseQueueAuth(queueID, token string, tokenPresent bool) (QueueAuth, error)
 		return QueueAuth{}, &Error{Kind: KindNotFound, Message: "queue not found: queue_id must be 32 lowercase hex characters", Field: "queue_id"}
 	}
 	if !tokenPresent {
-		return QueueAuth{}, &Error{Kind: KindUnauthorized, Message: "a queue token is required: send Authorization: Bearer TOKEN", Challenge: true}
+		return QueueAuth{}, &Error{Kind: KindUnauthorized, Message: "a queue token is required: send Authorization: Bearer TOKEN", Field: "Authorization", Challenge: true}
 	}
 	if !secret.ValidToken(token) {
-		return QueueAuth{}, &Error{Kind: KindUnauthorized, Message: "the token is not a queue token: tokens are 64 lowercase hex characters", Challenge: true}
+		return QueueAuth{}, &Error{Kind: KindUnauthorized, Message: "the token is not a queue token: tokens are 64 lowercase hex characters", Field: "Authorization", Challenge: true}
 	}
 	return QueueAuth{queue: id, token: secret.RoleTokenHash(token)}, nil
 }
