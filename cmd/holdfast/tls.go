@@ -171,6 +171,13 @@ func tlsCertCreate(args []string, stdout, stderr io.Writer) int {
 	if !isNode && f.given("hosts") {
 		return f.usageError("--hosts applies only to node certificates")
 	}
+	nameErr := pki.ValidateClientName(*client)
+	if isNode {
+		nameErr = pki.ValidateNodeID(*nodeID)
+	}
+	if nameErr != nil {
+		return f.usageError("%v", nameErr)
+	}
 	defaultCert, defaultKey := pairPaths(f.dir, caFileBase)
 	if *caCert == "" {
 		*caCert = defaultCert

@@ -215,8 +215,8 @@ func TestTLSRefusals(t *testing.T) {
 		{"bad host", []string{"cert", "create", "--dir", dir, "--node-id", "n1", "--hosts", "127.0.0.1,bad_host.example"}, 1, `host "bad_host.example"`},
 		{"host with port", []string{"cert", "create", "--dir", dir, "--node-id", "n1", "--hosts", "127.0.0.1:7070"}, 1, `host "127.0.0.1:7070"`},
 		{"empty host", []string{"cert", "create", "--dir", dir, "--node-id", "n1", "--hosts", "localhost,"}, 1, "empty host"},
-		{"bad node id", []string{"cert", "create", "--dir", dir, "--node-id", "../n1"}, 1, `node id "../n1" is not valid`},
-		{"bad client name", []string{"cert", "create", "--dir", dir, "--client", "a/b"}, 1, `client name "a/b" is not valid`},
+		{"bad node id", []string{"cert", "create", "--dir", dir, "--node-id", "../n1"}, 2, `node id "../n1" is not valid`},
+		{"bad client name", []string{"cert", "create", "--dir", dir, "--client", "a/b"}, 2, `client name "a/b" is not valid`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -113,7 +113,7 @@ func (ca *CA) IssueNode(nodeID string, hosts []string, days int) (*KeyPair, erro
 // peer. name follows the same rule as a node id (see ValidateNodeID).
 // days 0 means DefaultCertDays; the certificate never outlives the CA.
 func (ca *CA) IssueClient(name string, days int) (*KeyPair, error) {
-	if err := validateName("client name", name); err != nil {
+	if err := ValidateClientName(name); err != nil {
 		return nil, err
 	}
 	kp, err := ca.issue(&x509.Certificate{
@@ -266,6 +266,12 @@ func checkCAName(name string) error {
 // with a dash.
 func ValidateNodeID(id string) error {
 	return validateName("node id", id)
+}
+
+// ValidateClientName reports whether name may name a client certificate:
+// the rule of ValidateNodeID.
+func ValidateClientName(name string) error {
+	return validateName("client name", name)
 }
 
 // validateName checks name against the rule ValidateNodeID documents; kind
