@@ -129,7 +129,7 @@ func Open(cfg Config) (*Node, error) {
 	n.log.Info("raft started", "node_id", cfg.NodeID, "raft_addr", n.RaftAddr(), "http_addr", cfg.HTTPAdvertise, "existing_state", hasState)
 	if f := r.GetConfiguration(); f.Error() == nil {
 		if was, moved := movedAddress(f.Configuration(), cfg.NodeID, n.RaftAddr()); moved {
-			n.log.Warn("the cluster knows this node at another Raft address, so its peers cannot reach it here and it cannot win an election: start it with --join <a member's HTTP address> so the leader records the new address, or start it at the old one",
+			n.log.Warn("the cluster knows this node at another Raft address, so until the leader records this one its peers cannot reach it here and it cannot win an election; it asks the leader through the members' HTTP addresses it knows and --join's: if no member answers, start it with --join <a member's HTTP address>, or at the old address",
 				"configured_raft_addr", was, "raft_addr", n.RaftAddr(), "has_join", len(cfg.Join) > 0)
 		}
 	}
