@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -87,7 +88,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	n.snaps = &watchedSnapshots{SnapshotStore: snaps, health: n.storage}
+	n.snaps = &watchedSnapshots{SnapshotStore: snaps, health: n.storage, dir: filepath.Join(cfg.DataDir, "snapshots")}
 	recorded, err := checkLevelRecord(n.store)
 	if err != nil {
 		n.closeStores()

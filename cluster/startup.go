@@ -26,21 +26,18 @@ const damagedSnapshotsDir = "damaged-snapshots"
 // failed, which was never finished, so nothing was ever read from it.
 func (n *Node) removeUnfinishedSnapshots() error {
 	dir := filepath.Join(n.cfg.DataDir, "snapshots")
-	entries, err := os.ReadDir(dir)
+	names, err := unfinishedSnapshots(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("list snapshots: %w", err)
+		return err
 	}
-	for _, e := range entries {
-		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+	for _, name := range names {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("remove an unfinished snapshot: %w", err)
 		}
-		n.log.Info("removed an unfinished snapshot", "dir", filepath.Join(dir, e.Name()))
+		n.log.Info("removed an unfinished snapshot", "dir", filepath.Join(dir, name))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -480,16 +481,56 @@ func (l *watchedLog) DeleteRange(min, max uint64) error {
 type watchedSnapshots struct {
 	raft.SnapshotStore
 	health *storageHealth
+	// dir is the store's directory, where a failed Create may leave the
+	// temporary directory (*.tmp) it made: it is removed, so that a disk
+	// that stays full does not collect one per attempt.
+	dir string
 }
 
 func (s *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
 	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	before := s.unfinished()
 	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 	if err != nil {
 		s.health.report(StorageSnapshots, err)
+		for name := range s.unfinished() {
+			if !before[name] {
+				_ = os.RemoveAll(filepath.Join(s.dir, name))
+			}
+		}
 		return nil, err
 	}
 	return &watchedSink{SnapshotSink: sink, health: s.health}, nil
+}
+
+// unfinished lists the temporary snapshot directories in the store's
+// directory (none when it cannot be read: there is nothing to remove).
+func (s *watchedSnapshots) unfinished() map[string]bool {
+	out := map[string]bool{}
+	if s.dir == "" {
+		return out
+	}
+	names, _ := unfinishedSnapshots(s.dir)
+	for _, name := range names {
+		out[name] = true
+	}
+	return out
+}
+
+// unfinishedSnapshots lists the snapshot store's temporary directories
+// (*.tmp) in dir: snapshots being written, or left unfinished.
+func unfinishedSnapshots(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() && strings.HasSuffix(e.Name(), ".tmp") {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
 }
 
 // watchedSink reports a snapshot's write and close errors, and a

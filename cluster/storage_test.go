@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -491,5 +493,42 @@ func TestSnapshotFaultEndsWithoutNewEntries(t *testing.T) {
 		if took := after != before; took != (phase == "a snapshot taken again") {
 			t.Errorf("%s: last snapshot index %s, then %s", phase, before, after)
 		}
+	}
+}
+
+// leakySnapshots fails Create after making its temporary directory, as the
+// file snapshot store does when it cannot write the snapshot's meta file.
+type leakySnapshots struct {
+	raft.SnapshotStore
+	dir string
+}
+
+func (l *leakySnapshots) Create(raft.SnapshotVersion, uint64, uint64, raft.Configuration, uint64, raft.Transport) (raft.SnapshotSink, error) {
+	if err := os.MkdirAll(filepath.Join(l.dir, "2-9-1796000000001.tmp"), 0o700); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("write meta.json: %w", syscall.ENOSPC)
+}
+
+// TestFailedCreateLeavesNoTemporaryDir: a snapshot that could not be
+// created does not leave its temporary directory behind (a full disk would
+// otherwise collect one per attempt); one that was there before stays.
+func TestFailedCreateLeavesNoTemporaryDir(t *testing.T) {
+	h, _, _ := testHealth(t)
+	dir := t.TempDir()
+	other := filepath.Join(dir, "2-8-1796000000000.tmp")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := &watchedSnapshots{SnapshotStore: &leakySnapshots{SnapshotStore: raft.NewInmemSnapshotStore(), dir: dir}, health: h, dir: dir}
+	if _, err := s.Create(raft.SnapshotVersionMax, 9, 2, raft.Configuration{}, 1, nil); err == nil {
+		t.Fatal("the failing Create succeeded")
+	}
+	names, err := unfinishedSnapshots(dir)
+	if err != nil || len(names) != 1 || names[0] != filepath.Base(other) {
+		t.Fatalf("temporary dirs after a failed Create: %v, %v; want only the one made before", names, err)
+	}
+	if h.status().OK {
+		t.Error("a failed Create is not a snapshots fault")
 	}
 }
