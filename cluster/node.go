@@ -88,7 +88,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	n.snaps = &watchedSnapshots{SnapshotStore: snaps, health: n.storage, dir: filepath.Join(cfg.DataDir, "snapshots")}
+	n.snaps = &watchedSnapshots{SnapshotStore: snaps, health: n.storage, dir: filepath.Join(cfg.DataDir, StorageSnapshots)}
 	recorded, err := checkLevelRecord(n.store)
 	if err != nil {
 		n.closeStores()

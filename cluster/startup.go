@@ -25,7 +25,7 @@ const damagedSnapshotsDir = "damaged-snapshots"
 // directories (*.tmp): a snapshot written when the node stopped, or one that
 // failed, which was never finished, so nothing was ever read from it.
 func (n *Node) removeUnfinishedSnapshots() error {
-	dir := filepath.Join(n.cfg.DataDir, "snapshots")
+	dir := filepath.Join(n.cfg.DataDir, StorageSnapshots)
 	names, err := unfinishedSnapshots(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
