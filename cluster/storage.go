@@ -482,39 +482,29 @@ type watchedSnapshots struct {
 	raft.SnapshotStore
 	health *storageHealth
 	// dir is the store's directory, where a failed Create may leave the
-	// temporary directory (*.tmp) it made: it is removed, so that a disk
-	// that stays full does not collect one per attempt.
+	// temporary directory it made ("TERM-INDEX-MILLISECONDS.tmp"): it is
+	// removed, so that a disk that stays full does not collect one per
+	// attempt.
 	dir string
 }
 
 func (s *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
 	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
-	before := s.unfinished()
 	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 	if err != nil {
 		s.health.report(StorageSnapshots, err)
-		for name := range s.unfinished() {
-			if !before[name] {
-				_ = os.RemoveAll(filepath.Join(s.dir, name))
+		if s.dir != "" {
+			names, _ := unfinishedSnapshots(s.dir) // unreadable: nothing to remove
+			prefix := fmt.Sprintf("%d-%d-", term, index)
+			for _, name := range names {
+				if strings.HasPrefix(name, prefix) {
+					_ = os.RemoveAll(filepath.Join(s.dir, name))
+				}
 			}
 		}
 		return nil, err
 	}
 	return &watchedSink{SnapshotSink: sink, health: s.health}, nil
-}
-
-// unfinished lists the temporary snapshot directories in the store's
-// directory (none when it cannot be read: there is nothing to remove).
-func (s *watchedSnapshots) unfinished() map[string]bool {
-	out := map[string]bool{}
-	if s.dir == "" {
-		return out
-	}
-	names, _ := unfinishedSnapshots(s.dir)
-	for _, name := range names {
-		out[name] = true
-	}
-	return out
 }
 
 // unfinishedSnapshots lists the snapshot store's temporary directories

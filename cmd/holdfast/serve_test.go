@@ -57,6 +57,16 @@ func TestPeerAddrOverrides(t *testing.T) {
 	}
 }
 
+// startAs resolves the node id of c started with --node-id flag ("" for
+// none) and wants id.
+func startAs(t *testing.T, c *serveConfig, flag, want string) {
+	t.Helper()
+	c.nodeID = flag
+	if id, err := c.resolveNodeID(""); err != nil || id != want {
+		t.Fatalf("start with --node-id %q: %q, %v; want %q", flag, id, err, want)
+	}
+}
+
 func TestNodeIDIsGeneratedOnceAndKept(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	c := &serveConfig{dataDir: dir}
@@ -64,18 +74,12 @@ func TestNodeIDIsGeneratedOnceAndKept(t *testing.T) {
 	if err != nil || !strings.HasPrefix(first, "node-") || len(first) != len("node-")+12 {
 		t.Fatalf("generated id %q, %v", first, err)
 	}
-	again, err := c.resolveNodeID("")
-	if err != nil || again != first {
-		t.Fatalf("second start got %q, want the kept %q", again, first)
-	}
+	startAs(t, c, "", first)
 	b, err := os.ReadFile(filepath.Join(dir, "node-id"))
 	if err != nil || strings.TrimSpace(string(b)) != first {
 		t.Fatalf("node-id file %q, %v", b, err)
 	}
-	c.nodeID = first
-	if id, err := c.resolveNodeID(""); err != nil || id != first {
-		t.Fatalf("the kept id given again: %q, %v", id, err)
-	}
+	startAs(t, c, first, first)
 	c.nodeID = "explicit"
 	if id, err := c.resolveNodeID(""); err == nil || !strings.Contains(err.Error(), first) {
 		t.Fatalf("another id on a kept one: %q, %v; want a refusal naming %q", id, err, first)
@@ -85,15 +89,9 @@ func TestNodeIDIsGeneratedOnceAndKept(t *testing.T) {
 // TestGivenNodeIDIsKept: an id given with --node-id is kept, so a restart
 // without the flag is the same node, not a new one on its Raft state.
 func TestGivenNodeIDIsKept(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
-	c := &serveConfig{dataDir: dir, nodeID: "n2"}
-	if id, err := c.resolveNodeID(""); err != nil || id != "n2" {
-		t.Fatalf("first start: %q, %v", id, err)
-	}
-	c.nodeID = ""
-	if id, err := c.resolveNodeID(""); err != nil || id != "n2" {
-		t.Fatalf("restart without --node-id: %q, %v; want n2", id, err)
-	}
+	c := &serveConfig{dataDir: filepath.Join(t.TempDir(), "data")}
+	startAs(t, c, "n2", "n2")
+	startAs(t, c, "", "n2")
 }
 
 // TestRaftStateWithoutKeptIDIsRefused: a data dir written by a build that
@@ -110,14 +108,8 @@ func TestRaftStateWithoutKeptIDIsRefused(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "node-id")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused start wrote a node-id file: %v", err)
 	}
-	c.nodeID = "n3"
-	if id, err := c.resolveNodeID(""); err != nil || id != "n3" {
-		t.Fatalf("with --node-id: %q, %v", id, err)
-	}
-	c.nodeID = ""
-	if id, err := c.resolveNodeID(""); err != nil || id != "n3" {
-		t.Fatalf("then without: %q, %v; want the kept n3", id, err)
-	}
+	startAs(t, c, "n3", "n3")
+	startAs(t, c, "", "n3")
 }
 
 func TestExamplePayloadIsOnlyDescribed(t *testing.T) {

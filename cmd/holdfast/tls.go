@@ -171,9 +171,11 @@ func tlsCertCreate(args []string, stdout, stderr io.Writer) int {
 	if !isNode && f.given("hosts") {
 		return f.usageError("--hosts applies only to node certificates")
 	}
-	nameErr := pki.ValidateClientName(*client)
+	var nameErr error
 	if isNode {
 		nameErr = pki.ValidateNodeID(*nodeID)
+	} else {
+		nameErr = pki.ValidateClientName(*client)
 	}
 	if nameErr != nil {
 		return f.usageError("%v", nameErr)

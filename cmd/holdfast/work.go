@@ -339,6 +339,13 @@ func (w *workRun) backoff(attempt int) time.Duration {
 	return min(d, maxRetryDelay)
 }
 
+// releasedAsFailed says whether a release answer shows the job failed: it
+// had no attempts left.
+func releasedAsFailed(body []byte) bool {
+	status, _ := lookupField(body, "job.status")
+	return status == "failed"
+}
+
 // settle acks or releases (after delay) a job and logs the outcome.
 func (w *workRun) settle(job *claimed, action, why string, delay time.Duration) {
 	body := map[string]any{"receipt": job.Receipt}
@@ -357,8 +364,8 @@ func (w *workRun) settle(job *claimed, action, why string, delay time.Duration) 
 		w.logf("job %s (key %s, attempt %d): %s, %s refused: HTTP %d: %s", job.JobID, job.JobKey, job.Attempts, why, action, resp.Status, resp.ErrorMessage())
 	default:
 		past := map[string]string{"ack": "acked", "release": "released"}[action]
-		switch status, _ := lookupField(resp.Body, "job.status"); {
-		case action == "release" && status == "failed":
+		switch {
+		case action == "release" && releasedAsFailed(resp.Body):
 			past += " and failed: it has no attempts left (holdfast queue retry moves it back)"
 		case delay > 0:
 			past += fmt.Sprintf(" (claimable again in %v)", delay)

@@ -224,10 +224,11 @@ func leaseAnswer(r *fsm.LeaseResult) (LeaseAnswer, error) {
 		e.RetryAfter = int(r.RetryAfterSeconds)
 		return LeaseAnswer{}, e
 	case fsm.LeaseConflict:
-		return LeaseAnswer{}, Fail(KindConflict, "Key is bound to another fingerprint until its lifecycle ends at "+RFC3339(r.AbsoluteExpiresAt), jsonenc.H{
+		ends := RFC3339(r.AbsoluteExpiresAt)
+		return LeaseAnswer{}, Fail(KindConflict, "Key is bound to another fingerprint until its lifecycle ends at "+ends, jsonenc.H{
 			"status":                        "conflict",
 			"absolute_expires_at_timestamp": UnixSeconds(r.AbsoluteExpiresAt),
-			"absolute_expires_at":           RFC3339(r.AbsoluteExpiresAt),
+			"absolute_expires_at":           ends,
 		})
 	case fsm.LeaseLost:
 		return LeaseAnswer{}, Fail(KindLost, "Lease is not held by this owner token: it expired, was released or completed, or belongs to a newer owner", jsonenc.H{"status": "lost"})
