@@ -87,7 +87,7 @@ func TestLevelRisesAndIsRecorded(t *testing.T) {
 		_ = n3.Kill()
 		t.Fatal("a build below its cluster's level started")
 	}
-	if want := []string{"speaks cluster level 1", "at level 2"}; !strings.Contains(err.Error(), want[0]) || !strings.Contains(err.Error(), want[1]) {
+	if want := []string{fmt.Sprintf("speaks cluster level %d", fsm.BuildLevel), fmt.Sprintf("at level %d", fsm.BuildLevel+1)}; !strings.Contains(err.Error(), want[0]) || !strings.Contains(err.Error(), want[1]) {
 		t.Fatalf("start: %v, want both levels named", err)
 	}
 

@@ -50,6 +50,19 @@ func versionOf(c Command) byte {
 	return bodyVersion
 }
 
+// choosesVersion is a command that writes one of several body versions,
+// the oldest that holds its values, so that entries whose values an older
+// build can read keep their old bytes.
+type choosesVersion interface{ newestVersion() byte }
+
+// newestVersion is the newest body version of c's type that this build reads.
+func newestVersion(c Command) byte {
+	if r, ok := c.(choosesVersion); ok {
+		return r.newestVersion()
+	}
+	return versionOf(c)
+}
+
 // Command is a typed entry of the replicated log. Every command carries the
 // leader's wall-clock time in milliseconds (Now) and everything else Apply
 // needs: pre-generated ids and hashes of every secret.
@@ -69,7 +82,13 @@ type LeaseAcquire struct {
 	Fingerprint secret.Hash // secret.FingerprintHash(namespace, key, fingerprint)
 	Owner       secret.Hash // hash of the owner token the leader generated
 	TTLSeconds  int64
+	// Slots is the number of owners the key may have at once (0 or 1: one).
+	// The key's first acquire in its lifecycle fixes it.
+	Slots uint32
 }
+
+// slotCount is the slot count the acquire asks for.
+func (c *LeaseAcquire) slotCount() uint32 { return max(c.Slots, 1) }
 
 // LeaseRenew moves the short expiry of a held lease.
 type LeaseRenew struct {
@@ -312,20 +331,42 @@ func getID(d *wire.Decoder) (id secret.ID) {
 	return id
 }
 
+// newestVersion: version 2 (cluster level 2) added Slots.
+func (*LeaseAcquire) newestVersion() byte { return 2 }
+
+// writtenVersion: an acquire of one slot is still written as version 1,
+// byte for byte as before slots.
+func (c *LeaseAcquire) writtenVersion() byte {
+	if c.Slots > 1 {
+		return 2
+	}
+	return 1
+}
+
 func (c *LeaseAcquire) encodeBody(e *wire.Encoder) {
 	e.Varint(c.Now)
 	putHash(e, c.Lease)
 	putHash(e, c.Fingerprint)
 	putHash(e, c.Owner)
 	e.Varint(c.TTLSeconds)
+	if c.Slots > 1 {
+		e.Uvarint(uint64(c.Slots))
+	}
 }
 
-func (c *LeaseAcquire) decodeBody(d *wire.Decoder, _ byte) {
+func (c *LeaseAcquire) decodeBody(d *wire.Decoder, version byte) {
 	c.Now = d.Varint()
 	c.Lease = getHash(d)
 	c.Fingerprint = getHash(d)
 	c.Owner = getHash(d)
 	c.TTLSeconds = d.Varint()
+	if version >= 2 {
+		if n := d.Uvarint(); n >= 2 && n <= MaxSlots {
+			c.Slots = uint32(n)
+		} else {
+			d.Fail("slots out of range")
+		}
+	}
 }
 
 func (c *LeaseRenew) encodeBody(e *wire.Encoder) {
@@ -581,7 +622,7 @@ func Decode(b []byte) (Command, error) {
 	if c == nil {
 		return nil, fmt.Errorf("decode command: unknown command type %d (written by a newer holdfast?)", t)
 	}
-	if version < 1 || version > versionOf(c) {
+	if version < 1 || version > newestVersion(c) {
 		return nil, fmt.Errorf("decode command: type %d has unknown body version %d", t, version)
 	}
 	d := wire.NewDecoder(b[2:])

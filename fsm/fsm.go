@@ -251,6 +251,13 @@ func (st *Stats) countLease(l *lease, now int64) {
 	if l.state == leaseHeld && l.leaseExpiresAt > now {
 		st.LeasesHeld++
 	}
+	if l.set != nil {
+		for _, h := range l.set.heap {
+			if h.expiresAt > now {
+				st.LeasesHeld++
+			}
+		}
+	}
 }
 
 // countQueue counts q and its jobs if q is live at now.

@@ -47,15 +47,22 @@ func (s *state) leaseResult(o LeaseOutcome, l *lease) LeaseResult {
 }
 
 func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
-	if !s.ttlValid(c.TTLSeconds) {
+	if !s.ttlValid(c.TTLSeconds) || c.slotCount() > 1 && s.level < 2 {
+		// Slots need level 2, which the leader checks before proposing;
+		// the state refuses them too, so a snapshot at a lower level, whose
+		// format has no slots, never has any to lose.
 		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
 	}
 	l := s.liveLease(c.Lease)
 	if l == nil {
 		// At the bound, a key with an ended record may still reuse it (looked
 		// up only then: below the bound a new key costs no second lookup).
-		if int64(len(s.leases)) >= s.settings.MaxLeases && s.leases[c.Lease] == nil {
+		ended := s.leases[c.Lease]
+		if s.leaseCount() >= s.settings.MaxLeases && ended == nil {
 			return LeaseResult{Outcome: LeaseLimitReached, Now: s.clock, Limit: s.settings.MaxLeases}
+		}
+		if ended != nil {
+			s.dropLease(ended)
 		}
 		l = &lease{
 			epoch:             s.epoch,
@@ -65,10 +72,20 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 		}
 		s.leases[l.id] = l
 		s.timers.setLease(l.id, l.absoluteExpiresAt)
+		if n := c.slotCount(); n > 1 {
+			l.slots, l.set = n, newSlotSet()
+			return s.grantSlot(l, c)
+		}
 		return s.grant(l, c)
 	}
 	if !l.fingerprint.Equal(c.Fingerprint) {
 		return LeaseResult{Outcome: LeaseConflict, Now: s.clock, AbsoluteExpiresAt: l.absoluteExpiresAt}
+	}
+	if c.slotCount() != l.slotCount() {
+		return LeaseResult{Outcome: LeaseSlotsConflict, Now: s.clock, AbsoluteExpiresAt: l.absoluteExpiresAt, Slots: l.slotCount()}
+	}
+	if l.set != nil {
+		return s.acquireSlot(l, c)
 	}
 	switch {
 	case l.state == leaseDone:
@@ -100,6 +117,9 @@ func (s *state) applyLeaseRenew(c *LeaseRenew) LeaseResult {
 	if !s.ttlValid(c.TTLSeconds) {
 		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
 	}
+	if l := s.liveLease(c.Lease); l != nil && l.set != nil {
+		return s.renewSlot(l, c)
+	}
 	l := s.ownedLease(c.Lease, c.Owner)
 	if l == nil {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
@@ -124,6 +144,9 @@ func (s *state) endOwnership(id, owner secret.Hash, next leaseState) *lease {
 }
 
 func (s *state) applyLeaseRelease(c *LeaseRelease) LeaseResult {
+	if l := s.liveLease(c.Lease); l != nil && l.set != nil {
+		return s.releaseSlot(l, c.Owner)
+	}
 	l := s.endOwnership(c.Lease, c.Owner, leaseFree)
 	if l == nil {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
@@ -135,6 +158,9 @@ func (s *state) applyLeaseComplete(c *LeaseComplete) LeaseResult {
 	if int64(len(c.Result)) > s.settings.MaxResultBytes {
 		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
 	}
+	if l := s.liveLease(c.Lease); l != nil && l.set != nil {
+		return LeaseResult{Outcome: LeaseSlotsRefused, Now: s.clock, AbsoluteExpiresAt: l.absoluteExpiresAt, Slots: l.slotCount()}
+	}
 	l := s.endOwnership(c.Lease, c.Owner, leaseDone)
 	if l == nil {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
@@ -142,4 +168,14 @@ func (s *state) applyLeaseComplete(c *LeaseComplete) LeaseResult {
 	l.completedAt = s.clock
 	l.result = c.Result
 	return s.leaseResult(LeaseCompleted, l)
+}
+
+// dropLease removes the record l (ended) with what it counts and its slots
+// timer.
+func (s *state) dropLease(l *lease) {
+	s.extraSlots -= l.extraSlots()
+	if l.set != nil {
+		s.timers.cancel(slotsTimer(l.id))
+	}
+	delete(s.leases, l.id)
 }

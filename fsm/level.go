@@ -13,7 +13,10 @@ import "github.com/holdfast/holdfast/internal/wire"
 //     (claim and release bodies up to version 2), snapshot format 2.
 //   - Level 1: entry types 17 (FenceFloor) and 18 (SetLevel), snapshot
 //     format 3 (which records the active level).
-const BuildLevel uint32 = 1
+//   - Level 2: lease acquire body version 2 (slots), snapshot format 4
+//     (a lease's slots and holders), the leader's lease results with slots
+//     on the peer link.
+const BuildLevel uint32 = 2
 
 // SetLevel raises the cluster's active level. The leader proposes it only
 // once every member has reported that it speaks Level. It never lowers
@@ -68,6 +71,8 @@ func entryLevel(f entryFormat) (uint32, bool) {
 		return 0, true
 	case entryFormat{TypeFenceFloor, 1}, entryFormat{TypeSetLevel, 1}:
 		return 1, true
+	case entryFormat{TypeLeaseAcquire, 2}:
+		return 2, true
 	}
 	return 0, false
 }

@@ -24,8 +24,8 @@ func TestLevelInSnapshots(t *testing.T) {
 		}
 	}
 	v3 := f.SnapshotBytes()
-	if got := v3[len(snapshotMagic)]; got != snapshotVersion {
-		t.Fatalf("a level 1 state is written in format %d, want %d", got, snapshotVersion)
+	if got := v3[len(snapshotMagic)]; got != 3 {
+		t.Fatalf("a level 1 state is written in format %d, want 3", got)
 	}
 	g := New()
 	if err := g.Restore(&nopCloser{Reader: bytes.NewReader(v3)}); err != nil {
@@ -51,12 +51,14 @@ func TestRequiredLevel(t *testing.T) {
 		}
 	}
 	for c, want := range map[Command]uint32{
-		&FenceFloor{Floor: 5}:                            1,
-		&SetLevel{Level: 1}:                              1,
-		&SetLevel{Level: 2}:                              2,
-		&Batch{Commands: []Command{&Sweep{}}}:            0,
-		&Batch{Commands: []Command{&FenceFloor{}}}:       1,
-		&Batch{Commands: []Command{&SetLevel{Level: 3}}}: 3,
+		&FenceFloor{Floor: 5}:                                          1,
+		&SetLevel{Level: 1}:                                            1,
+		&SetLevel{Level: 2}:                                            2,
+		&Batch{Commands: []Command{&Sweep{}}}:                          0,
+		&Batch{Commands: []Command{&FenceFloor{}}}:                     1,
+		&Batch{Commands: []Command{&SetLevel{Level: 3}}}:               3,
+		&LeaseAcquire{Slots: 3}:                                        2,
+		&Batch{Commands: []Command{&LeaseAcquire{Slots: 2}, &Sweep{}}}: 2,
 	} {
 		if l := RequiredLevel(c); l != want {
 			t.Errorf("%T needs level %d, want %d", c, l, want)
@@ -96,10 +98,18 @@ func TestEveryEntryFormatHasALevel(t *testing.T) {
 		if c == nil {
 			continue
 		}
-		l, ok := entryLevel(entryFormat{c.Type(), versionOf(c)})
-		if !ok || l > BuildLevel {
-			t.Errorf("command type %d body version %d: level %d (listed %v); give it the level that introduces it", ty, versionOf(c), l, ok)
+		for v := versionOf(c); v <= newestVersion(c); v++ {
+			l, ok := entryLevel(entryFormat{c.Type(), v})
+			if !ok || l > BuildLevel {
+				t.Errorf("command type %d body version %d: level %d (listed %v); give it the level that introduces it", ty, v, l, ok)
+			}
 		}
+	}
+	if l := RequiredLevel(&LeaseAcquire{Slots: 1}); l != 0 {
+		t.Errorf("single-slot acquire at level %d", l)
+	}
+	if l := RequiredLevel(&LeaseAcquire{Slots: 2}); l != 2 {
+		t.Errorf("multi-slot acquire at level %d, want 2", l)
 	}
 	if l := RequiredLevel(&JobClaim{}); l != 0 {
 		t.Errorf("claim at level %d", l)

@@ -30,9 +30,16 @@ const (
 	// LeaseLimitReached: the key has no record and the cluster holds
 	// max_leases records (acquire); nothing changed.
 	LeaseLimitReached
+	// LeaseSlotsConflict: the key's slot count, fixed by its first acquire
+	// in this lifecycle, is not the one asked for (acquire); Slots is the
+	// key's.
+	LeaseSlotsConflict
+	// LeaseSlotsRefused: the key has more than one slot, and results are
+	// for single-slot keys only (complete); nothing changed.
+	LeaseSlotsRefused
 )
 
-var leaseOutcomeNames = [...]string{"", "granted", "held", "completed", "conflict", "renewed", "released", "lost", "invalid", "limit_reached"}
+var leaseOutcomeNames = [...]string{"", "granted", "held", "completed", "conflict", "renewed", "released", "lost", "invalid", "limit_reached", "slots_conflict", "slots_refused"}
 
 // String returns the outcome's name.
 func (o LeaseOutcome) String() string {
@@ -59,6 +66,10 @@ type LeaseResult struct {
 	Result []byte
 	// Limit is max_leases for LeaseLimitReached.
 	Limit int64
+	// Slots is the key's slot count and Held how many of them are held,
+	// for a key with more than one slot (and Slots for LeaseSlotsConflict);
+	// both are 0 for a single-slot key.
+	Slots, Held uint32
 }
 
 // QueueOutcome is the business outcome of a queue command.
@@ -234,9 +245,10 @@ type SweepResult struct {
 	Now            int64
 	LeasesRemoved  int
 	QueuesRemoved  int
-	ClaimsReturned int // expired claims back to pending
-	JobsFailed     int // expired claims that used the last attempt
-	ClientsPruned  int // per-client creation records emptied
+	ClaimsReturned int   // expired claims back to pending
+	JobsFailed     int   // expired claims that used the last attempt
+	ClientsPruned  int   // per-client creation records emptied
+	SlotsFreed     int64 // slots of multi-slot keys whose leases ended
 	// More is true when due work remained after Limit units; sweep again.
 	More bool
 }

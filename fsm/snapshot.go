@@ -23,13 +23,26 @@ import (
 // uncounted, is still read (the later settings take their defaults).
 // Version 3 (cluster level 1) adds the active cluster level after the
 // settings; a state at level 0 is written as version 2, byte for byte as
-// builds before the level wrote it, so they can read it.
+// builds before the level wrote it, so they can read it. Version 4
+// (cluster level 2) adds each lease's slot count and, for a key with more
+// than one, its holders; a state at level 1 is still written as version 3.
 const (
 	snapshotMagic   = "HOLDFAST-SNAP"
-	snapshotVersion = 3
+	snapshotVersion = 4
 	// snapshotVersionLevel0 is the format of a state at level 0.
 	snapshotVersionLevel0 = 2
 )
+
+// snapshotVersionAt is the snapshot format of a state at a cluster level.
+func snapshotVersionAt(level uint32) uint64 {
+	switch level {
+	case 0:
+		return snapshotVersionLevel0
+	case 1:
+		return 3
+	}
+	return snapshotVersion
+}
 
 // ErrSnapshot is wrapped by every error restoring a snapshot.
 var ErrSnapshot = errors.New("fsm: invalid snapshot")
@@ -90,11 +103,8 @@ func (v *view) writeTo(w io.Writer) error {
 		return err
 	}
 	e.Fixed([]byte(snapshotMagic))
-	if v.level == 0 {
-		e.Uvarint(snapshotVersionLevel0)
-	} else {
-		e.Uvarint(snapshotVersion)
-	}
+	version := snapshotVersionAt(v.level)
+	e.Uvarint(version)
 	e.Varint(v.clock)
 	e.Uvarint(v.fencing)
 	v.settings.encode(e)
@@ -104,7 +114,7 @@ func (v *view) writeTo(w io.Writer) error {
 
 	e.Uvarint(uint64(len(v.leases)))
 	for _, l := range v.leases {
-		l.encode(e)
+		l.encode(e, version)
 		if err := flush(); err != nil {
 			return fmt.Errorf("write snapshot lease: %w", err)
 		}
@@ -140,7 +150,7 @@ func (v *view) writeTo(w io.Writer) error {
 	return nil
 }
 
-func (l *lease) encode(e *wire.Encoder) {
+func (l *lease) encode(e *wire.Encoder, version uint64) {
 	e.Fixed(l.id[:])
 	e.Fixed(l.fingerprint[:])
 	e.Fixed(l.owner[:])
@@ -150,9 +160,15 @@ func (l *lease) encode(e *wire.Encoder) {
 	e.Varint(l.absoluteExpiresAt)
 	e.Varint(l.completedAt)
 	e.Blob(l.result)
+	if version >= 4 {
+		e.Uvarint(uint64(l.slotCount()))
+		if l.set != nil {
+			l.set.encode(e)
+		}
+	}
 }
 
-func (l *lease) decode(d *wire.Decoder) {
+func (l *lease) decode(d *wire.Decoder, version uint64) {
 	d.Fixed(l.id[:])
 	d.Fixed(l.fingerprint[:])
 	d.Fixed(l.owner[:])
@@ -162,6 +178,17 @@ func (l *lease) decode(d *wire.Decoder) {
 	l.absoluteExpiresAt = d.Varint()
 	l.completedAt = d.Varint()
 	l.result = d.Blob()
+	if version >= 4 {
+		n := d.Uvarint()
+		if n < 1 || n > MaxSlots {
+			d.Fail("lease slots out of range")
+			return
+		}
+		if n > 1 {
+			l.slots = uint32(n)
+			l.set = decodeSlotSet(d, l.slots)
+		}
+	}
 }
 
 func (q *queue) encode(e *wire.Encoder) {
@@ -256,7 +283,7 @@ func decodeSnapshot(b []byte, sink snapshotSink) error {
 	sink.header(clock, fencing, settings, uint32(level))
 	for n := d.Len(); n > 0 && d.Err() == nil; n-- {
 		l := &lease{}
-		l.decode(d)
+		l.decode(d, version)
 		sink.lease(l)
 	}
 	for n := d.Len(); n > 0 && d.Err() == nil; n-- {
@@ -325,8 +352,13 @@ func (m *summarySink) node(NodeInfo)  { m.sum.Nodes++ }
 func (s *state) rebuildTimers() {
 	s.timers = newTimers()
 	s.timers.leases = make(leaseHeap, 0, len(s.leases))
+	s.extraSlots = 0
 	for id, l := range s.leases {
 		s.timers.leases = append(s.timers.leases, leaseExpiry{at: l.absoluteExpiresAt, id: id})
+		if l.set != nil {
+			s.extraSlots += l.extraSlots()
+			s.rearmSlots(l)
+		}
 	}
 	s.timers.leases.init()
 	for id, q := range s.queues {

@@ -31,6 +31,11 @@ type lease struct {
 	absoluteExpiresAt int64
 	completedAt       int64
 	result            []byte
+	// slots is the key's slot count, fixed by its first acquire (0 in
+	// records written before slots existed: one). With more than one, set
+	// holds the owners and the single owner's fields stay empty.
+	slots uint32
+	set   *slotSet
 }
 
 type queue struct {
@@ -87,6 +92,10 @@ type state struct {
 	nodes    map[string]NodeInfo // values, so a snapshot copies them
 	timers   timers
 	epoch    uint64
+	// extraSlots counts held slots beyond the first of each multi-slot key,
+	// which count toward max_leases besides the records. It is derived from
+	// the records.
+	extraSlots int64
 }
 
 func newState() *state {
@@ -116,6 +125,9 @@ func (s *state) mutLease(l *lease) *lease {
 	}
 	c := *l
 	c.epoch = s.epoch
+	if l.set != nil {
+		c.set = l.set.clone()
+	}
 	s.leases[c.id] = &c
 	return &c
 }
@@ -174,6 +186,7 @@ const (
 	timerQueue
 	timerClaim
 	timerClient
+	timerSlots
 )
 
 type timerKey struct {

@@ -33,6 +33,8 @@ func (s *state) applySweep(c *Sweep) SweepResult {
 			s.sweepClaim(id, secret.ID(tm.key.b), &r)
 		case timerClient:
 			s.sweepClient(secret.Hash(tm.key.a), &r)
+		case timerSlots:
+			s.sweepSlots(secret.Hash(tm.key.a), &r)
 		}
 	}
 }
@@ -45,7 +47,7 @@ func (s *state) liveExpiry(e leaseExpiry) bool {
 
 func (s *state) sweepLease(id secret.Hash, r *SweepResult) {
 	if l := s.leases[id]; l != nil && l.absoluteExpiresAt <= s.clock {
-		delete(s.leases, id)
+		s.dropLease(l)
 		r.LeasesRemoved++
 	}
 }

@@ -43,8 +43,11 @@ func (f *FSM) AcquireWait(c *LeaseAcquire, nodeNow int64) (held LeaseResult, rea
 	defer f.mu.RUnlock()
 	now := f.st.readNow(nodeNow)
 	l := f.st.leases[c.Lease]
+	if l != nil && l.set != nil && now < l.absoluteExpiresAt && l.fingerprint.Equal(c.Fingerprint) {
+		return slotsWait(l, c, now)
+	}
 	if l == nil || now >= l.absoluteExpiresAt || !l.fingerprint.Equal(c.Fingerprint) ||
-		l.state != leaseHeld || l.leaseExpiresAt <= now || l.owner.Equal(c.Owner) {
+		c.slotCount() != l.slotCount() || l.state != leaseHeld || l.leaseExpiresAt <= now || l.owner.Equal(c.Owner) {
 		return LeaseResult{}, true
 	}
 	return LeaseResult{

@@ -28,6 +28,7 @@ func argSamples() map[string]string {
 		"visibility_timeout": "60",
 		"delay_seconds":      "30",
 		"wait_seconds":       "0",
+		"slots":              "1",
 		"request_id":         `"` + secretMark + `-0b7c6a8e-3f2d-4c1b-9a8e-7d6c5b4a3f2e"`,
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/internal/secret"
 	"github.com/holdfast/holdfast/server/service"
 )
@@ -174,7 +175,7 @@ func mcpTools() []*toolDef {
 				"Fencing tokens only ever grow (a later owner of the same key always gets a higher one), so a worker that paused and lost its lease cannot overwrite newer work.\n" +
 				"- http_status 200, status \"completed\", with result: the work was already done; use result and do not redo it. No owner token is issued.\n" +
 				"- http_status 409, status \"held\" (isError): someone (possibly you) holds the lease; no owner token is disclosed. Wait retry_after_seconds and call again, or do other work.\n" +
-				"- http_status 409, status \"conflict\" (isError): the key is bound to another fingerprint until absolute_expires_at: an idempotency key was reused for different input; use another key.\n" +
+				"- http_status 409, status \"conflict\" (isError): the key is bound to another fingerprint until absolute_expires_at: an idempotency key was reused for different input; use another key. With field \"slots\": the key was first acquired with another slot count (the answer's slots); use that.\n" +
 				"- http_status 400/413: an argument broke a rule; the error names it.\n" +
 				"- http_status 507 (isError): the key is new and the cluster holds its maximum of lease records (setting max_leases); keys already in use still work. Tell the operator; retrying soon will not help.\n" +
 				"The first acquisition starts a fixed 24-hour lifecycle (absolute_expires_at) that renewals never move; after it ends the key starts afresh with a higher fencing token." +
@@ -187,6 +188,7 @@ func mcpTools() []*toolDef {
 				textArg("fingerprint", false, 1, 512, "Binds the key to its input (e.g. a hash of the request) for the 24-hour lifecycle; another fingerprint gets status \"conflict\". Omitted counts as a value of its own. SECRET."),
 				argRequestID("Your own random SECRET naming this acquire, 32 to 128 letters, digits, '-' or '_' (e.g. a UUID). If the answer is lost, call again with the same request_id: while that grant holds the lease you get the same 201 (owner_token, fencing_token) instead of 409 held. Use a new one for every acquire meant as new."),
 				argWait(service.MaxAcquireWaitSeconds, "Seconds to wait while someone else holds the lease, 0 to 60, default 0. Waiters get the lease in arrival order when it is released, expires or completes (201, a higher fencing_token, or 200 with the stored result); at the deadline the ordinary 409 held. Cancelling the call stops the wait."),
+				intArg("slots", 1, fsm.MaxSlots, 1, "How many owners may hold the key at once, 1 to 1000, default 1 (e.g. at most 3 crawlers per site). The key's first acquire in its lifecycle fixes it; another count gets 409 \"conflict\" naming slots. Each owner gets its own owner_token and fencing_token; answers show slots and held. complete_lease is refused on a key with more than one slot."),
 			},
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/lease" }, body: leaseBody,
 			local: func(ctx context.Context, s *Server, c *toolCall) reply {

@@ -73,7 +73,7 @@ func namespaceReply(ns string, err error) reply {
 
 // heldBody is the body of a lease the caller holds.
 func heldBody(r *fsm.LeaseResult) jsonenc.H {
-	return jsonenc.H{
+	return service.WithSlots(r, jsonenc.H{
 		"status":                        "held",
 		"ttl_seconds":                   r.TTLSeconds,
 		"fencing_token":                 r.FencingToken,
@@ -81,7 +81,7 @@ func heldBody(r *fsm.LeaseResult) jsonenc.H {
 		"lease_expires_at":              service.RFC3339(r.LeaseExpiresAt),
 		"absolute_expires_at_timestamp": service.UnixSeconds(r.AbsoluteExpiresAt),
 		"absolute_expires_at":           service.RFC3339(r.AbsoluteExpiresAt),
-	}
+	})
 }
 
 // leaseReply is the answer of a lease operation.
@@ -108,7 +108,7 @@ func leaseReply(a service.LeaseAnswer, err error) reply {
 	case fsm.LeaseRenewed:
 		return okReply(http.StatusOK, heldBody(r))
 	case fsm.LeaseReleased:
-		return okReply(http.StatusOK, jsonenc.H{"status": "released", "fencing_token": r.FencingToken})
+		return okReply(http.StatusOK, service.WithSlots(r, jsonenc.H{"status": "released", "fencing_token": r.FencingToken}))
 	}
 	return errReply(http.StatusInternalServerError, "unexpected lease outcome "+r.Outcome.String(), nil)
 }

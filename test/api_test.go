@@ -39,6 +39,7 @@ var apiScenarios = []apiScenario{
 	{"lease/strict-decoding", decodeLease},
 	{"lease/request-ids", leaseRequestIDs},
 	{"lease/blocking-acquire", leaseBlockingAcquire},
+	{"lease/slots", leaseSlots},
 	{"queue/spec-flow", queueSpecFlow},
 	{"queue/dedup-and-payload-size", queueDedup},
 	{"queue/job-key-rule", queueJobKeys},

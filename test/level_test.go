@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/test/harness"
 )
 
@@ -37,12 +38,12 @@ func TestClusterLevelRises(t *testing.T) {
 				problems = append(problems, err.Error())
 				continue
 			}
-			if st.ActiveLevel != 1 || st.Level != 1 || st.BuildVersion == "" || len(st.Nodes) != 3 {
+			if st.ActiveLevel != fsm.BuildLevel || st.Level != fsm.BuildLevel || st.BuildVersion == "" || len(st.Nodes) != 3 {
 				problems = append(problems, fmt.Sprintf("%s: %+v", n.ID, st))
 				continue
 			}
 			for _, m := range st.Nodes {
-				if m.Level != 1 || m.BuildVersion != st.BuildVersion {
+				if m.Level != fsm.BuildLevel || m.BuildVersion != st.BuildVersion {
 					problems = append(problems, fmt.Sprintf("%s sees %s at level %d, build %q", n.ID, m.ID, m.Level, m.BuildVersion))
 				}
 			}
@@ -57,7 +58,7 @@ func TestClusterLevelRises(t *testing.T) {
 	}
 	out := newCLIEnv(t, c.Nodes()...).want(0, nil, "cluster", "status").stdout
 	st := jsonOf(t, out)
-	if st["active_level"] != float64(1) || st["level"] != float64(1) {
+	if st["active_level"] != float64(fsm.BuildLevel) || st["level"] != float64(fsm.BuildLevel) {
 		t.Fatalf("holdfast cluster status: %s", out)
 	}
 }

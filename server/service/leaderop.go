@@ -213,6 +213,10 @@ const (
 	resultLease   = 1
 	resultQueue   = 2
 	resultRefusal = 3
+	// resultLeaseSlots (cluster level 2) is a lease result followed by the
+	// key's slots and how many are held; written only for a result that has
+	// them, which only a state at level 2 gives.
+	resultLeaseSlots = 4
 )
 
 // errOpWire is wrapped by every error decoding an op or a result.
@@ -344,7 +348,11 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 		e.Blob(body)
 	case r.lease != nil:
 		l := r.lease
-		e.Byte(resultLease)
+		if l.Slots > 0 {
+			e.Byte(resultLeaseSlots)
+		} else {
+			e.Byte(resultLease)
+		}
 		e.Byte(byte(l.Outcome))
 		e.Varint(l.Now)
 		e.Uvarint(l.FencingToken)
@@ -354,6 +362,10 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 		e.Blob(l.Result)
 		if l.Outcome == fsm.LeaseLimitReached {
 			e.Varint(l.Limit) // only with the outcome that has one, so other results keep their bytes
+		}
+		if l.Slots > 0 {
+			e.Uvarint(uint64(l.Slots))
+			e.Uvarint(uint64(l.Held))
 		}
 	case r.queue != nil:
 		q := r.queue
@@ -404,7 +416,7 @@ func decodeResult(b []byte) (opResult, error) {
 			d.Fail("invalid refusal")
 		}
 		r.refusal = ref
-	case resultLease:
+	case resultLease, resultLeaseSlots:
 		l := &fsm.LeaseResult{Outcome: fsm.LeaseOutcome(d.Byte()), Now: d.Varint(), FencingToken: d.Uvarint()}
 		for _, p := range []*int64{&l.TTLSeconds, &l.LeaseExpiresAt, &l.AbsoluteExpiresAt, &l.RetryAfterSeconds, &l.CompletedAt} {
 			*p = d.Varint()
@@ -412,6 +424,13 @@ func decodeResult(b []byte) (opResult, error) {
 		l.Result = d.Blob()
 		if l.Outcome == fsm.LeaseLimitReached {
 			l.Limit = d.Varint()
+		}
+		if kind == resultLeaseSlots {
+			slots, held := d.Uvarint(), d.Uvarint()
+			if slots < 1 || slots > fsm.MaxSlots || held > slots {
+				d.Fail("lease slots out of range")
+			}
+			l.Slots, l.Held = uint32(slots), uint32(held)
 		}
 		r.lease = l
 	case resultQueue:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/holdfast/holdfast/cluster"
 	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/internal/jsoncanon"
 	"github.com/holdfast/holdfast/internal/jsonenc"
@@ -20,6 +21,7 @@ type AcquireLeaseRequest struct {
 	Fingerprint *string `json:"fingerprint,omitempty" jsonschema:"binds the key to its input for the 24-hour lifecycle; another fingerprint gets status conflict"`
 	RequestID   *string `json:"request_id,omitempty" jsonschema:"your own secret naming this acquire (32 to 128 letters, digits, '-' or '_'): repeated while the grant holds, it answers the same owner token and fencing token"`
 	WaitSeconds *int64  `json:"wait_seconds,omitempty" jsonschema:"seconds to wait while the lease is held, 0 to 60, default 0: the longest waiter gets the lease (or the stored result) when it is released, expires or completes"`
+	Slots       *int64  `json:"slots,omitempty" jsonschema:"how many owners may hold the key at once, 1 to 1000, default 1; the key's first acquire in its 24-hour lifecycle fixes it, and an acquire naming another count gets status conflict"`
 }
 
 // LeaseOwnerRequest is an owner's renew, release or complete: the body of
@@ -105,12 +107,22 @@ func (s *Service) AcquireLease(ctx context.Context, in AcquireLeaseRequest) (Lea
 	if err != nil {
 		return LeaseAnswer{}, err
 	}
+	slots, bad := slotCount(in.Slots)
+	if bad != nil {
+		return LeaseAnswer{}, bad
+	}
 	owner, bad := requestSecret(in.RequestID, "an owner token",
 		func(rid string) string { return secret.OwnerTokenOfRequest(lease, rid) }, secret.NewOwnerToken)
 	if bad != nil {
 		return LeaseAnswer{}, bad
 	}
-	r, bad := s.leadLease(ctx, &leaderOp{cmd: &fsm.LeaseAcquire{Lease: lease, Fingerprint: fp, Owner: secret.OwnerTokenHash(owner)}, ttl: in.TTLSeconds, wait: wait})
+	cmd := &fsm.LeaseAcquire{Lease: lease, Fingerprint: fp, Owner: secret.OwnerTokenHash(owner), Slots: slots}
+	if need, active := fsm.RequiredLevel(cmd), s.node.FSM().Level(); need > active {
+		// Checked here too, so that no leader of an older build is sent a
+		// format it cannot read.
+		return LeaseAnswer{}, ClusterError(&cluster.LevelError{Need: need, Active: active})
+	}
+	r, bad := s.leadLease(ctx, &leaderOp{cmd: cmd, ttl: in.TTLSeconds, wait: wait})
 	if bad != nil {
 		return LeaseAnswer{}, bad
 	}
@@ -118,6 +130,17 @@ func (s *Service) AcquireLease(ctx context.Context, in AcquireLeaseRequest) (Lea
 		return LeaseAnswer{Result: r, OwnerToken: owner}, nil
 	}
 	return leaseAnswer(r)
+}
+
+// slotCount validates an acquire's slots (absent: one).
+func slotCount(p *int64) (uint32, *Error) {
+	if p == nil {
+		return 1, nil
+	}
+	if *p < 1 || *p > fsm.MaxSlots {
+		return 0, Invalid("slots", fmt.Sprintf("must be an integer from 1 to %d", fsm.MaxSlots))
+	}
+	return uint32(*p), nil
 }
 
 // leaseOp is renew, release or complete.
@@ -205,6 +228,16 @@ func (s *Service) leadLease(ctx context.Context, op *leaderOp) (*fsm.LeaseResult
 	return leadFor(s, ctx, op, "lease", func(r opResult) *fsm.LeaseResult { return r.lease })
 }
 
+// WithSlots adds a multi-slot key's slots and held count to an answer's
+// body; a single-slot key's answer keeps its fields as before slots.
+func WithSlots(r *fsm.LeaseResult, body jsonenc.H) jsonenc.H {
+	if r.Slots > 1 {
+		body["slots"] = r.Slots
+		body["held"] = r.Held
+	}
+	return body
+}
+
 // leaseAnswer is the answer of a lease outcome other than a grant: a
 // success, or the error that states why not.
 func leaseAnswer(r *fsm.LeaseResult) (LeaseAnswer, error) {
@@ -212,7 +245,11 @@ func leaseAnswer(r *fsm.LeaseResult) (LeaseAnswer, error) {
 	case fsm.LeaseCompleted, fsm.LeaseRenewed, fsm.LeaseReleased:
 		return LeaseAnswer{Result: r}, nil
 	case fsm.LeaseHeld:
-		e := Fail(KindConflict, "Lease is held", jsonenc.H{
+		msg := "Lease is held"
+		if r.Slots > 1 {
+			msg = fmt.Sprintf("Every one of the key's %d slots is held", r.Slots)
+		}
+		e := Fail(KindConflict, msg, WithSlots(r, jsonenc.H{
 			"status":                        "held",
 			"retry_after_seconds":           r.RetryAfterSeconds,
 			"fencing_token":                 r.FencingToken,
@@ -220,8 +257,25 @@ func leaseAnswer(r *fsm.LeaseResult) (LeaseAnswer, error) {
 			"lease_expires_at":              RFC3339(r.LeaseExpiresAt),
 			"absolute_expires_at_timestamp": UnixSeconds(r.AbsoluteExpiresAt),
 			"absolute_expires_at":           RFC3339(r.AbsoluteExpiresAt),
-		})
+		}))
 		e.RetryAfter = int(r.RetryAfterSeconds)
+		return LeaseAnswer{}, e
+	case fsm.LeaseSlotsConflict:
+		ends := RFC3339(r.AbsoluteExpiresAt)
+		e := Fail(KindConflict, fmt.Sprintf("Key has %d slot(s) until its lifecycle ends at %s, as its first acquire fixed; an acquire must name slots %d (absent slots means 1)", r.Slots, ends, r.Slots), jsonenc.H{
+			"status":                        "conflict",
+			"slots":                         r.Slots,
+			"absolute_expires_at_timestamp": UnixSeconds(r.AbsoluteExpiresAt),
+			"absolute_expires_at":           ends,
+		})
+		e.Field = "slots"
+		return LeaseAnswer{}, e
+	case fsm.LeaseSlotsRefused:
+		e := Fail(KindConflict, fmt.Sprintf("Results belong to single-slot leases and this key has %d slots: nothing was changed; release the slot instead", r.Slots), jsonenc.H{
+			"status": "conflict",
+			"slots":  r.Slots,
+		})
+		e.Field = "slots"
 		return LeaseAnswer{}, e
 	case fsm.LeaseConflict:
 		ends := RFC3339(r.AbsoluteExpiresAt)

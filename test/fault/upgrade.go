@@ -72,12 +72,13 @@ func startsOnBaseline(nemesis string) bool {
 var panicLine = regexp.MustCompile(`(?m)^(panic: |fatal error: ).*$`)
 
 // downgradeRefusal is what the baseline's refusal of a data directory at
-// level 1 names: the log's level mark (or the snapshot format of level 1).
-var downgradeRefusal = regexp.MustCompile(`needs-cluster-level-1|unknown format version 3`)
+// a level above its own names: the log's level mark (or a snapshot format
+// of level 1 or later).
+var downgradeRefusal = regexp.MustCompile(`needs-cluster-level-[1-9]|unknown format version [3-9]`)
 
 // levelRefusal is the leader's refusal of a joiner whose build is below
 // the active level, as the joiner logs it.
-var levelRefusal = regexp.MustCompile(`speaks cluster level 0, but the cluster is at level 1`)
+var levelRefusal = regexp.MustCompile(`speaks cluster level 0, but the cluster is at level [1-9]`)
 
 // walk runs the scripted nemesis of the scenario to its end; every step
 // is bounded.
