@@ -167,13 +167,36 @@ func levelTooHigh(level uint64) error {
 // checkUpgradePath refuses to start a build on a data directory written at
 // a level more than one below the build's: an upgrade must go through a
 // build of each level in turn (the path every release is tested on).
-// A fresh data directory takes any level.
-func checkUpgradePath(recorded, build uint32, hasState bool) error {
-	if !hasState || recorded+1 >= build {
+// A fresh data directory takes any level, and so does one a build of this
+// level or later created (created), whose cluster's level has not risen
+// yet: a new cluster starts at level 0 until its configuration settles.
+func checkUpgradePath(recorded, created, build uint32, hasState bool) error {
+	if !hasState || recorded+1 >= build || created >= build {
 		return nil
 	}
 	return fmt.Errorf("this build speaks cluster level %d, and the data directory's cluster is at level %d: upgrades go one level at a time; upgrade every member to a build of level %d first (the README's \"Upgrading\")",
 		build, recorded, recorded+1)
+}
+
+// keyCreatedLevel records in raft.db the level of the build that created
+// the data directory (absent: a build before this record).
+var keyCreatedLevel = []byte("holdfast.created.level")
+
+// createdLevel is the level of the build that created the data directory,
+// recorded now if the directory is new (hasState false); 0 if a build that
+// kept no record created it.
+func createdLevel(stable raft.StableStore, hasState bool) (uint32, error) {
+	if !hasState {
+		if err := stable.SetUint64(keyCreatedLevel, uint64(fsm.BuildLevel)); err != nil {
+			return 0, fmt.Errorf("record the level of the build creating the data directory: %w", err)
+		}
+		return fsm.BuildLevel, nil
+	}
+	v, err := stable.GetUint64(keyCreatedLevel)
+	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return 0, fmt.Errorf("read the level of the build that created the data directory: %w", err)
+	}
+	return uint32(min(v, uint64(fsm.BuildLevel))), nil
 }
 
 // checkLevelRecord refuses a data directory whose recorded active level is

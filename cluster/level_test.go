@@ -104,11 +104,11 @@ func TestLevelRisesAndIsRecorded(t *testing.T) {
 	if err := raftlog.MarkLevel(cfg.logPath(), fsm.BuildLevel+1); err != nil {
 		t.Fatal(err)
 	}
-	if n4, err := Open(cfg); err == nil || !strings.Contains(err.Error(), "at level 2") {
+	if n4, err := Open(cfg); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at level %d", fsm.BuildLevel+1)) {
 		if n4 != nil {
 			_ = n4.Kill()
 		}
-		t.Fatalf("start on a log marked level 2: %v, want a refusal naming both levels", err)
+		t.Fatalf("start on a log marked level %d: %v, want a refusal naming both levels", fsm.BuildLevel+1, err)
 	}
 }
 
@@ -144,19 +144,21 @@ func TestLevelLogMarksBeforeStoring(t *testing.T) {
 }
 
 // TestUpgradePathGoesOneLevelAtATime: a build starts on a data directory of
-// its own level or the one before, or on a fresh one; skipping a level is
+// its own level or the one before, on a fresh one, or on one a build of its
+// level created before the cluster's level rose; skipping a level is
 // refused naming the levels.
 func TestUpgradePathGoesOneLevelAtATime(t *testing.T) {
 	for _, c := range []struct {
-		recorded, build uint32
-		state, ok       bool
+		recorded, created, build uint32
+		state, ok                bool
 	}{
-		{0, 1, true, true}, {1, 1, true, true}, {1, 2, true, true}, {2, 2, true, true},
-		{0, 2, false, true}, {0, 2, true, false}, {1, 3, true, false},
+		{0, 0, 1, true, true}, {1, 0, 1, true, true}, {1, 0, 2, true, true}, {2, 0, 2, true, true},
+		{0, 0, 2, false, true}, {0, 0, 2, true, false}, {1, 0, 3, true, false},
+		{0, 2, 2, true, true}, {0, 1, 2, true, false}, {0, 3, 2, true, true},
 	} {
-		err := checkUpgradePath(c.recorded, c.build, c.state)
+		err := checkUpgradePath(c.recorded, c.created, c.build, c.state)
 		if (err == nil) != c.ok {
-			t.Errorf("data at level %d (state %v), build of level %d: %v, want ok %v", c.recorded, c.state, c.build, err, c.ok)
+			t.Errorf("data at level %d (state %v, created at %d), build of level %d: %v, want ok %v", c.recorded, c.state, c.created, c.build, err, c.ok)
 		}
 		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("level %d first", c.recorded+1)) {
 			t.Errorf("refusal %q does not name the level to go through", err)

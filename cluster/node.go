@@ -104,7 +104,12 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, fmt.Errorf("inspect existing raft state: %w", err)
 	}
-	if err := checkUpgradePath(max(recorded, n.marks.marked.Load()), fsm.BuildLevel, hasState); err != nil {
+	created, err := createdLevel(n.store, hasState)
+	if err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	if err := checkUpgradePath(max(recorded, n.marks.marked.Load()), created, fsm.BuildLevel, hasState); err != nil {
 		n.closeStores()
 		return nil, err
 	}

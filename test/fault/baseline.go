@@ -16,9 +16,9 @@ import (
 )
 
 // baselineCommit is the release the upgrade scenarios start from: the last
-// build before cluster levels, which reports no level (level 0) and writes
-// today's level-0 formats.
-const baselineCommit = "cfc40a0"
+// build of cluster level 1 (baselineLevel), the level before this build's,
+// which writes the level-1 formats. Upgrades go one level at a time.
+const baselineCommit = "984ada0"
 
 // CacheEnv is the directory that keeps built baselines between runs
 // (default: the user's cache directory, under holdfast-fault).

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/test/harness"
 )
 
@@ -41,8 +42,8 @@ const (
 	// NemesisRejoin upgrades the followers of three baseline nodes, then
 	// stops the baseline leader, removes it, wipes it and joins it again
 	// on the baseline build: it must install the upgraded leader's
-	// snapshot and converge, and the level must stay 0 while it is a
-	// member.
+	// snapshot and converge, and the level must stay the baseline's while
+	// it is a member.
 	NemesisRejoin = "upgrade-rejoin"
 	// NemesisDowngrade runs three nodes of the build under test until the
 	// new level is active, then starts the baseline on a member's data
@@ -52,9 +53,12 @@ const (
 	NemesisDowngrade = "downgrade"
 )
 
-// buildLevel is the highest cluster level of the build under test; the
-// baseline speaks level 0.
-const buildLevel = 1
+// buildLevel is the highest cluster level of the build under test;
+// baselineLevel the baseline's, the level before it.
+const (
+	buildLevel    = fsm.BuildLevel
+	baselineLevel = buildLevel - 1
+)
 
 // scripted reports whether a nemesis is a scripted walk.
 func scripted(nemesis string) bool {
@@ -74,11 +78,11 @@ var panicLine = regexp.MustCompile(`(?m)^(panic: |fatal error: ).*$`)
 // downgradeRefusal is what the baseline's refusal of a data directory at
 // a level above its own names: the log's level mark (or a snapshot format
 // of level 1 or later).
-var downgradeRefusal = regexp.MustCompile(`needs-cluster-level-[1-9]|unknown format version [3-9]`)
+var downgradeRefusal = regexp.MustCompile(`needs-cluster-level-[1-9]|unknown format version [3-9]|but the cluster this data directory belongs to is at level [1-9]`)
 
 // levelRefusal is the leader's refusal of a joiner whose build is below
 // the active level, as the joiner logs it.
-var levelRefusal = regexp.MustCompile(`speaks cluster level 0, but the cluster is at level [1-9]`)
+var levelRefusal = regexp.MustCompile(`speaks cluster level [0-9]+, but the cluster is at level [1-9]`)
 
 // walk runs the scripted nemesis of the scenario to its end; every step
 // is bounded.
@@ -156,6 +160,9 @@ func (nm *nemesis) currentLeader() (*harness.Node, error) {
 // baseline, the leader last.
 func (nm *nemesis) rollingUpgrade() {
 	r := nm.r
+	if !nm.step("the baseline's level becomes active", nm.awaitBaselineLevel) {
+		return
+	}
 	first := true
 	for old := nm.onBaseline(); len(old) > 0; old = nm.onBaseline() {
 		l, err := nm.currentLeader()
@@ -183,11 +190,11 @@ func (nm *nemesis) rollingUpgrade() {
 			}
 		}
 		if len(nm.onBaseline()) > 0 {
-			nm.r.expectLevel(0, "while "+strings.Join(harness.IDs(nm.onBaseline()), ",")+" run the baseline")
+			nm.r.expectLevel(baselineLevel, "while "+strings.Join(harness.IDs(nm.onBaseline()), ",")+" run the baseline")
 			nm.probeAll("mixed versions")
 		}
 	}
-	nm.step("the new level becomes active", func() error { return nm.r.awaitLevel(buildLevel, 45*time.Second) })
+	nm.step("the new level becomes active", func() error { return nm.r.awaitLevel(buildLevel, buildLevel, 45*time.Second) })
 	nm.probeAll("all upgraded")
 }
 
@@ -195,6 +202,9 @@ func (nm *nemesis) rollingUpgrade() {
 // and joins it again on the baseline.
 func (nm *nemesis) rejoinOnBaseline() {
 	r := nm.r
+	if !nm.step("the baseline's level becomes active", nm.awaitBaselineLevel) {
+		return
+	}
 	l, err := nm.currentLeader()
 	if err != nil {
 		r.problem("rejoin: %v", err)
@@ -233,7 +243,7 @@ func (nm *nemesis) rejoinOnBaseline() {
 	// The configuration settles; the level must not rise past the
 	// baseline member.
 	sleepCtx(ctx, 12*time.Second)
-	nm.r.expectLevel(0, "with "+old.ID+" on the baseline")
+	nm.r.expectLevel(baselineLevel, "with "+old.ID+" on the baseline")
 }
 
 // awaitCompaction waits until the leader has committed enough entries past
@@ -269,7 +279,7 @@ func (nm *nemesis) awaitCompaction() error {
 func (nm *nemesis) downgrade() {
 	r := nm.r
 	ctx := context.Background()
-	if !nm.step("the new level becomes active", func() error { return nm.r.awaitLevel(buildLevel, 45*time.Second) }) {
+	if !nm.step("the new level becomes active", func() error { return nm.r.awaitLevel(buildLevel, buildLevel, 45*time.Second) }) {
 		return
 	}
 	l, err := nm.currentLeader()
@@ -380,20 +390,27 @@ func (nm *nemesis) refusedJoin(g *harness.Node) error {
 	return nil
 }
 
+// awaitBaselineLevel waits until every member, on the baseline, has
+// raised the cluster to the baseline's level: a build refuses a data
+// directory more than one level below its own.
+func (nm *nemesis) awaitBaselineLevel() error {
+	return nm.r.awaitLevel(baselineLevel, baselineLevel, 45*time.Second)
+}
+
 // awaitLevel waits until every member reports want as the active level,
-// speaks the build's level and sees every member's level and version.
-func (r *run) awaitLevel(want uint32, timeout time.Duration) error {
+// speaks the level speaks and sees every member's level and version.
+func (r *run) awaitLevel(want, speaks uint32, timeout time.Duration) error {
 	return poll(context.Background(), timeout, 500*time.Millisecond, func() error {
 		for _, n := range r.memberNodes() {
 			s, err := r.status(n, false)
 			if err != nil {
 				return err
 			}
-			if s.ActiveLevel != want || s.Level != buildLevel || s.BuildVersion == "" {
+			if s.ActiveLevel != want || s.Level != speaks || s.BuildVersion == "" {
 				return fmt.Errorf("%s: active level %d (want %d), level %d, build version %q", n.ID, s.ActiveLevel, want, s.Level, s.BuildVersion)
 			}
 			for _, m := range s.Nodes {
-				if m.Level != buildLevel || m.BuildVersion == "" {
+				if m.Level != speaks || m.BuildVersion == "" {
 					return fmt.Errorf("%s sees member %s at level %d, build version %q", n.ID, m.ID, m.Level, m.BuildVersion)
 				}
 			}
@@ -417,15 +434,16 @@ func (r *run) expectLevel(want uint32, while string) {
 }
 
 // checkEndLevel checks the active level a converged walk ends with: the
-// build's level once every member runs it, 0 while one runs the baseline.
+// build's level once every member runs it, the baseline's while one runs
+// the baseline.
 func (r *run) checkEndLevel() {
 	switch r.sc.Nemesis {
 	case NemesisUpgrade, NemesisDowngrade:
-		if err := r.awaitLevel(buildLevel, 30*time.Second); err != nil {
+		if err := r.awaitLevel(buildLevel, buildLevel, 30*time.Second); err != nil {
 			r.problem("at the end: %v", err)
 		}
 	case NemesisRejoin:
-		r.expectLevel(0, "at the end, with a member on the baseline")
+		r.expectLevel(baselineLevel, "at the end, with a member on the baseline")
 	}
 }
 
@@ -619,6 +637,9 @@ func (nm *nemesis) probe(via *harness.Node) error {
 	if err := nm.probeQueue(call); err != nil {
 		return err
 	}
+	if err := nm.probeSlots(via, tag, ns.Body.Namespace); err != nil {
+		return err
+	}
 	settings := map[string]int64{"visibility_min_seconds": 1, "queue_max_jobs": 5000, "queues_per_client": 1000}
 	_, err = call("PUT /cluster/settings", http.MethodPut, "/cluster/settings", settings, "", 0, http.StatusOK)
 	return err
@@ -701,6 +722,30 @@ func (nm *nemesis) probeQueue(call probeCall) error {
 	}
 	_, err = action(j, "ack", nil)
 	return err
+}
+
+// probeSlots acquires a lease of three slots, a format of the build's
+// level: while a member runs the baseline it must be refused with nothing
+// written (503 naming the cluster level; a baseline node does not know
+// the field), and once every member runs the build it is granted.
+func (nm *nemesis) probeSlots(via *harness.Node, tag, ns string) error {
+	r := nm.r
+	body := map[string]any{"namespace": ns, "key": "probe-slots-" + tag, "slots": 3, "ttl_seconds": 30}
+	mixed := len(nm.onBaseline()) > 0
+	return poll(context.Background(), 20*time.Second, 250*time.Millisecond, func() error {
+		a := r.client.DoWaiting(context.Background(), 0, via.HTTPAddr, http.MethodPost, apiPrefix+"/lease", body, "")
+		switch {
+		case !mixed && a.Status == http.StatusCreated:
+			return nm.fenceGrew("acquire of three slots", a.Body.FencingToken)
+		case mixed && a.Status == http.StatusServiceUnavailable && strings.Contains(a.Body.Error, "cluster level"):
+			return nil
+		case mixed && via.Binary != "" && a.Status == http.StatusBadRequest && strings.Contains(a.Body.Error, "slots"):
+			return nil
+		case a.Classify() == NotApplied:
+			return fmt.Errorf("acquire of three slots: not applied: HTTP %d %.200s %v", a.Status, a.Raw, a.Err)
+		}
+		return fmt.Errorf("%w: acquire of three slots (mixed versions %v): HTTP %d: %.300s %v", harness.ErrPermanent, mixed, a.Status, a.Raw, a.Err)
+	})
 }
 
 // fenceGrew checks that a granted fencing token is above every one the
