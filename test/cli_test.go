@@ -211,6 +211,10 @@ func TestCLI(t *testing.T) {
 		cli.want(1, []string{"HOLDFAST_ADDR=" + refused}, "lease", "namespace", "--timeout", "1s")
 	})
 	t.Run("exec", func(t *testing.T) { cliExec(t, cli.with(t)) })
+	t.Run("slots", func(t *testing.T) {
+		awaitLevel(t, c.Node(0), 2)
+		cliSlots(t, cli.with(t))
+	})
 	t.Run("work", func(t *testing.T) { cliWork(t, cli.with(t)) })
 	t.Run("queue-create-env", func(t *testing.T) {
 		cli := cli.with(t)
@@ -707,4 +711,47 @@ func timeoutHeaderAcquire(t *testing.T, c *harness.Cluster, n *harness.Node, v s
 		t.Fatalf("read the answer: %v", err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// cliSlots: lease acquire --slots grants up to N owners; exec --slots N
+// runs at most N copies at once, and a successful run releases its slot.
+func cliSlots(t *testing.T, cli *cliEnv) {
+	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
+	e := []string{"HOLDFAST_NAMESPACE=" + ns}
+	for i := range 2 {
+		r := cli.want(0, e, "lease", "acquire", "--key", "pair", "--slots", "2", "--ttl", "60")
+		if j := jsonOf(t, r.stdout); j["slots"] != float64(2) || j["held"] != float64(i+1) {
+			t.Errorf("acquire %d of a 2-slot key: %s", i+1, r.stdout)
+		}
+	}
+	cli.want(3, e, "lease", "acquire", "--key", "pair", "--slots", "2")
+	if r := cli.want(4, e, "lease", "acquire", "--key", "pair"); !strings.Contains(r.stderr+r.stdout, "slots") {
+		t.Errorf("a single-slot acquire of a 2-slot key: %s", r)
+	}
+	cli.want(2, e, "exec", "--key", "x", "--slots", "0", "--", "true")
+	cli.want(2, e, "exec", "--key", "x", "--slots", "2", "--result", "stdout", "--", "true")
+
+	// Two long runs hold both slots; a third is refused at once; after them
+	// a run succeeds and leaves its slot free.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var runs []*exec.Cmd
+	for i := range 2 {
+		started := filepath.Join(cli.dir, fmt.Sprintf("slot-%d", i))
+		cmd := cli.command(ctx, e, "exec", "--key", "crawl", "--slots", "2", "--", "sh", "-c", "echo $HOLDFAST_FENCING_TOKEN > "+started+"; sleep 3")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, cmd)
+		waitFile(t, started, 20*time.Second)
+	}
+	cli.want(3, e, "exec", "--key", "crawl", "--slots", "2", "--", "true")
+	for _, cmd := range runs {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("a slot's run: %v", err)
+		}
+	}
+	for range 3 {
+		cli.want(0, e, "exec", "--key", "crawl", "--slots", "2", "--", "true")
+	}
 }

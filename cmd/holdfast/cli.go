@@ -24,7 +24,7 @@ const (
 	exitFailed   = 1 // anything else
 	exitUsage    = 2 // bad flags or arguments
 	exitLater    = 3 // held, rate limited, no leader, a node's storage failing, outcome unknown, empty queue: try later
-	exitConflict = 4 // the key is bound to another fingerprint, the job key to another payload, or a retried job is not failed
+	exitConflict = 4 // the key is bound to another fingerprint or slot count, the job key to another payload, or a retried job is not failed
 	exitLost     = 5 // the owner token or receipt no longer holds the lease or claim
 )
 

@@ -50,8 +50,9 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		}
 		fingerprint := ""
 		var requestID *secretValue
-		wait := new(int)
+		wait, slots := new(int), new(int)
 		if verb == "acquire" {
+			slots = fs.Int("slots", 1, "how many owners may hold the key at once, 1 to 1000 (the key's first acquire fixes it)")
 			fs.StringVar(&fingerprint, "fingerprint", "", "what this work is for: a completed key answers its result only to the same fingerprint")
 			requestID = secretFlag(fs, "request-id", "HOLDFAST_REQUEST_ID", "request_id naming this acquire: the same one again, while its grant holds, answers that grant")
 			wait = secondsFlag(fs, "wait", 0, "wait_seconds: wait up to this long while the lease is held, 0 to 60")
@@ -80,6 +81,9 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		}
 		if *wait != 0 {
 			body["wait_seconds"] = *wait
+		}
+		if *slots != 1 {
+			body["slots"] = *slots
 		}
 		rid := ""
 		if requestID != nil {

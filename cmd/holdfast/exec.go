@@ -28,6 +28,9 @@ before a renewal succeeds) CMD gets SIGTERM, then SIGKILL after --grace, and exe
 When CMD exits 0 the lease is completed with a result; otherwise it is released and exec exits
 with CMD's status. A key already completed with the same fingerprint prints the stored result
 and exits 0 without running CMD. Signals sent to exec are passed on to CMD's process group.
+With --slots N the key has N slots: up to N runs of CMD hold it at once, across every host that
+starts one, each with its own fencing token; a run that exits 0 releases its slot (results
+belong to single-slot keys), so --result stdout is not allowed with it.
 
 Flags:
 `
@@ -48,6 +51,7 @@ type execRun struct {
 	cl          *client.Client
 	base        map[string]any // namespace and key
 	fingerprint string
+	slots       int
 	ttl         time.Duration
 	wait, grace time.Duration
 	result      string
@@ -69,6 +73,7 @@ func execCommand(args []string, stdout, stderr io.Writer) int {
 	ttl := secondsFlag(fs, "ttl", 30, "lease TTL; renewed every third of it")
 	durationVar(fs, &r.wait, "wait", 0, "how long to wait while another owner holds the lease (0: exit 3 at once)")
 	durationVar(fs, &r.grace, "grace", 10*time.Second, "after SIGTERM on a lost lease, SIGKILL after this long")
+	fs.IntVar(&r.slots, "slots", 1, "run at most this many copies of CMD at once across every host, 1 to 1000 (the key's first acquire fixes it)")
 	fs.StringVar(&r.result, "result", "exit", `what a successful run stores: "exit" ({"exit_code":0}) or "stdout" (CMD's stdout, when it is JSON within the result limit)`)
 	quietUsage(fs, args)
 	if err := fs.Parse(args); err != nil {
@@ -85,6 +90,10 @@ func execCommand(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "exec", errors.New("--ttl must be at least 3 seconds (renewal runs every third of it)"))
 	case r.result != "exit" && r.result != "stdout":
 		return usageError(stderr, "exec", errors.New(`--result must be "exit" or "stdout"`))
+	case r.slots < 1 || r.slots > 1000:
+		return usageError(stderr, "exec", errors.New("--slots must be from 1 to 1000"))
+	case r.slots > 1 && r.result == "stdout":
+		return usageError(stderr, "exec", errors.New("--result stdout needs a single-slot key: results belong to single-slot leases"))
 	}
 	r.ttl = time.Duration(*ttl) * time.Second
 	var err error
@@ -188,7 +197,7 @@ func (r *execRun) run(argv []string) int {
 			return exitLost
 		case <-ch.done:
 			cancel()
-			if ch.code != 0 {
+			if ch.code != 0 || r.slots > 1 {
 				r.release(lease.OwnerToken)
 				return ch.code
 			}
@@ -204,6 +213,9 @@ func (r *execRun) acquire(sigs <-chan os.Signal) (execLease, int, bool) {
 	extra := map[string]any{"ttl_seconds": int64(r.ttl / time.Second)}
 	if r.fingerprint != "" {
 		extra["fingerprint"] = r.fingerprint
+	}
+	if r.slots > 1 {
+		extra["slots"] = r.slots
 	}
 	// One request id for the run: an acquire whose answer was lost is
 	// answered its grant again, so it is safe to repeat.
