@@ -104,9 +104,9 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 	return s.grant(s.mutLease(l), c)
 }
 
-// ownedLease returns the lease if owner holds it, unexpired, at the state's clock.
-func (s *state) ownedLease(id, owner secret.Hash) *lease {
-	l := s.liveLease(id)
+// owned returns l (live or nil) if owner holds it, unexpired, at the
+// state's clock.
+func (s *state) owned(l *lease, owner secret.Hash) *lease {
 	if l == nil || l.state != leaseHeld || l.leaseExpiresAt <= s.clock || !l.owner.Equal(owner) {
 		return nil
 	}
@@ -117,11 +117,11 @@ func (s *state) applyLeaseRenew(c *LeaseRenew) LeaseResult {
 	if !s.ttlValid(c.TTLSeconds) {
 		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
 	}
-	if l := s.liveLease(c.Lease); l != nil && l.set != nil {
+	l := s.liveLease(c.Lease)
+	if l != nil && l.set != nil {
 		return s.renewSlot(l, c)
 	}
-	l := s.ownedLease(c.Lease, c.Owner)
-	if l == nil {
+	if l = s.owned(l, c.Owner); l == nil {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
 	}
 	l = s.mutLease(l)
@@ -129,11 +129,11 @@ func (s *state) applyLeaseRenew(c *LeaseRenew) LeaseResult {
 	return s.leaseResult(LeaseRenewed, l)
 }
 
-// endOwnership returns a writable copy of the lease owner holds, with the
-// owner removed and the lease in state next; nil if owner does not hold it.
-func (s *state) endOwnership(id, owner secret.Hash, next leaseState) *lease {
-	l := s.ownedLease(id, owner)
-	if l == nil {
+// endOwnership returns a writable copy of l (live or nil) if owner holds
+// it, with the owner removed and the lease in state next; nil if owner
+// does not hold it.
+func (s *state) endOwnership(l *lease, owner secret.Hash, next leaseState) *lease {
+	if l = s.owned(l, owner); l == nil {
 		return nil
 	}
 	l = s.mutLease(l)
@@ -144,11 +144,11 @@ func (s *state) endOwnership(id, owner secret.Hash, next leaseState) *lease {
 }
 
 func (s *state) applyLeaseRelease(c *LeaseRelease) LeaseResult {
-	if l := s.liveLease(c.Lease); l != nil && l.set != nil {
+	l := s.liveLease(c.Lease)
+	if l != nil && l.set != nil {
 		return s.releaseSlot(l, c.Owner)
 	}
-	l := s.endOwnership(c.Lease, c.Owner, leaseFree)
-	if l == nil {
+	if l = s.endOwnership(l, c.Owner, leaseFree); l == nil {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
 	}
 	return s.leaseResult(LeaseReleased, l)
@@ -158,11 +158,11 @@ func (s *state) applyLeaseComplete(c *LeaseComplete) LeaseResult {
 	if int64(len(c.Result)) > s.settings.MaxResultBytes {
 		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
 	}
-	if l := s.liveLease(c.Lease); l != nil && l.set != nil {
+	l := s.liveLease(c.Lease)
+	if l != nil && l.set != nil {
 		return LeaseResult{Outcome: LeaseSlotsRefused, Now: s.clock, AbsoluteExpiresAt: l.absoluteExpiresAt, Slots: l.slotCount()}
 	}
-	l := s.endOwnership(c.Lease, c.Owner, leaseDone)
-	if l == nil {
+	if l = s.endOwnership(l, c.Owner, leaseDone); l == nil {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
 	}
 	l.completedAt = s.clock
