@@ -7,6 +7,8 @@ const (
 	plantedFenceReset        = true
 	plantedLocalClock        = false
 	plantedSupersededReceipt = false
+	plantedSlotOvergrant     = false
+	plantedLostCheckpoint    = false
 )
 
 func plantedNow() int64 { return 0 }

@@ -9,6 +9,8 @@ const (
 	plantedFenceReset        = false
 	plantedLocalClock        = true
 	plantedSupersededReceipt = false
+	plantedSlotOvergrant     = false
+	plantedLostCheckpoint    = false
 )
 
 func plantedNow() int64 { return time.Now().UnixMilli() }

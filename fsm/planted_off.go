@@ -1,4 +1,4 @@
-//go:build !holdfast_bug_fence_reset && !holdfast_bug_local_clock && !holdfast_bug_superseded_receipt
+//go:build !holdfast_bug_fence_reset && !holdfast_bug_local_clock && !holdfast_bug_superseded_receipt && !holdfast_bug_slot_overgrant && !holdfast_bug_lost_checkpoint
 
 package fsm
 
@@ -9,6 +9,8 @@ const (
 	plantedFenceReset        = false
 	plantedLocalClock        = false
 	plantedSupersededReceipt = false
+	plantedSlotOvergrant     = false
+	plantedLostCheckpoint    = false
 )
 
 // plantedNow is the local clock a planted bug would use; unused here.

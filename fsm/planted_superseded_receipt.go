@@ -7,6 +7,8 @@ const (
 	plantedFenceReset        = false
 	plantedLocalClock        = false
 	plantedSupersededReceipt = true
+	plantedSlotOvergrant     = false
+	plantedLostCheckpoint    = false
 )
 
 func plantedNow() int64 { return 0 }

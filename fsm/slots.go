@@ -236,7 +236,11 @@ func (s *state) acquireSlot(l *lease, c *LeaseAcquire) LeaseResult {
 		s.rearmSlots(l)
 		return s.slotsResult(LeaseGranted, l, h)
 	}
-	if uint32(l.set.len()) >= l.slotCount() {
+	limit := l.slotCount()
+	if plantedSlotOvergrant {
+		limit++
+	}
+	if uint32(l.set.len()) >= limit {
 		s.rearmSlots(l)
 		h := l.set.earliest()
 		r := s.slotsResult(LeaseHeld, l, h)
