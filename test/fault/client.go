@@ -80,6 +80,8 @@ type APIBody struct {
 	AbsoluteExpiresAtTimestamp int64           `json:"absolute_expires_at_timestamp"`
 	Result                     json.RawMessage `json:"result"`
 	RetryAfterSeconds          int64           `json:"retry_after_seconds"`
+	Slots                      int64           `json:"slots"`
+	Held                       int64           `json:"held"`
 
 	QueueID      string     `json:"queue_id"`
 	WriteToken   string     `json:"write_token"`

@@ -45,6 +45,9 @@ func plantedBugs() []Scenario {
 		// the members: the baseline member rejoining from an upgraded
 		// leader cannot read its snapshot or its entries.
 		compactOften(bug("holdfast_bug_level_gate", WorkloadLeaseQueue, NemesisRejoin, upgradeRun, "a baseline member that cannot follow, the level risen with a baseline member")),
+		// An acquire of a multi-slot key is granted one slot more than the
+		// key has.
+		bug("holdfast_bug_slot_overgrant", WorkloadSlotsCheckpoint, NemesisNone, 25*time.Second, "overgrants, answers counting more holders than slots"),
 	}
 }
 
@@ -114,6 +117,10 @@ func matrix() []Scenario {
 			add(WorkloadQueue, n)
 		}
 	}
+	// Lease slots and checkpoints, three nodes, shorter runs.
+	for _, n := range []string{NemesisKill, NemesisPartition, NemesisPause, NemesisClock} {
+		out = append(out, scenario(WorkloadSlotsCheckpoint, n, 3, slotsRun))
+	}
 	// Last, so they never push the scenarios above out of the budget:
 	// storage damage, three nodes, shorter runs (two or three faults each).
 	for _, wl := range []string{WorkloadLease, WorkloadQueue} {
@@ -121,6 +128,9 @@ func matrix() []Scenario {
 	}
 	return out
 }
+
+// slotsRun is how long the clients of a slots+checkpoint scenario run.
+const slotsRun = 38 * time.Second
 
 // storageRun is how long the clients of a storage scenario run.
 const storageRun = 30 * time.Second

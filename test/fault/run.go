@@ -35,6 +35,9 @@ const (
 	WorkloadQueue   = "queue"
 	// WorkloadLeaseQueue runs the lease and the queue workloads at once.
 	WorkloadLeaseQueue = "lease+queue"
+	// WorkloadSlotsCheckpoint runs clients of multi-slot keys beside
+	// clients that store and read checkpoints of single-slot keys.
+	WorkloadSlotsCheckpoint = "slots+checkpoint"
 )
 
 // workload is what a scenario runs against the cluster: clients that
@@ -694,7 +697,7 @@ func (res *Result) Row() string {
 // isWrite reports whether f changes state.
 func isWrite(f string) bool {
 	switch f {
-	case fAcquire, fRenew, fRelease, fComplete, fEnqueue, fClaim, fAck, fJobRelease, fJobRenew:
+	case fAcquire, fRenew, fRelease, fComplete, fEnqueue, fClaim, fAck, fJobRelease, fJobRenew, fSlotAcquire, fSlotRenew, fSlotRelease:
 		return true
 	}
 	return false

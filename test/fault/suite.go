@@ -240,6 +240,8 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 		w = newQueueWorkload(r)
 	case WorkloadLeaseQueue:
 		w = bothWorkloads{newLeaseWorkload(r, nil), newQueueWorkload(r)}
+	case WorkloadSlotsCheckpoint:
+		w = bothWorkloads{newSlotsWorkload(r)}
 	default:
 		t.Fatalf("unknown workload %q", sc.Workload)
 	}
