@@ -36,6 +36,11 @@ type lease struct {
 	// holds the owners and the single owner's fields stay empty.
 	slots uint32
 	set   *slotSet
+	// checkpoint is the last progress a holder stored (canonical JSON, nil
+	// for none), with the fencing token of that holder and when.
+	checkpoint      []byte
+	checkpointFence uint64
+	checkpointAt    int64
 }
 
 type queue struct {

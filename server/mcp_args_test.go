@@ -17,6 +17,7 @@ func argSamples() map[string]string {
 		"fingerprint":        `"` + secretMark + `-fp"`,
 		"owner_token":        `"own_` + strings.Repeat("b", 43) + `"`,
 		"result":             `{"receipt_id":4817,"note":"` + secretMark + `"}`,
+		"checkpoint":         `{"step":3,"note":"` + secretMark + `"}`,
 		"queue_id":           hex(32),
 		"job_id":             hex(32),
 		"write_token":        hex(64),

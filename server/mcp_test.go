@@ -278,7 +278,7 @@ func testToolList(t *testing.T, cs *mcp.ClientSession) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"create_lease_namespace", "acquire_lease", "renew_lease", "release_lease", "complete_lease",
+	want := []string{"create_lease_namespace", "acquire_lease", "renew_lease", "release_lease", "complete_lease", "checkpoint_lease",
 		"create_agent_queue", "enqueue_agent_queue_job", "claim_agent_queue_job", "read_agent_queue", "read_agent_queue_job",
 		"ack_agent_queue_job", "release_agent_queue_job", "renew_agent_queue_job", "retry_agent_queue_job"}
 	readOnly := map[string]bool{"create_lease_namespace": true, "read_agent_queue": true, "read_agent_queue_job": true}
@@ -367,6 +367,7 @@ func testToolList(t *testing.T, cs *mcp.ClientSession) {
 		"create_lease_namespace":  nil,
 		"acquire_lease":           {"key"},
 		"complete_lease":          {"key", "owner_token", "result"},
+		"checkpoint_lease":        {"checkpoint", "key", "owner_token"},
 		"create_agent_queue":      nil,
 		"enqueue_agent_queue_job": {"job_key", "payload", "queue_id", "write_token"},
 		"claim_agent_queue_job":   {"queue_id", "worker_token"},
