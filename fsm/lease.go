@@ -43,8 +43,8 @@ func (s *state) leaseResult(o LeaseOutcome, l *lease) LeaseResult {
 		r.CompletedAt = l.completedAt
 		r.Result = l.result
 	}
-	if o == LeaseGranted && l.checkpoint != nil {
-		r.Checkpoint, r.CheckpointFence, r.CheckpointAt = l.checkpoint, l.checkpointFence, l.checkpointAt
+	if cp := l.checkpoint; o == LeaseGranted && cp != nil {
+		r.Checkpoint, r.CheckpointFence, r.CheckpointAt = cp.value, cp.fence, cp.at
 	}
 	return r
 }
@@ -76,7 +76,7 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 		s.leases[l.id] = l
 		s.timers.setLease(l.id, l.absoluteExpiresAt)
 		if n := c.slotCount(); n > 1 {
-			l.slots, l.set = n, newSlotSet()
+			l.set = newSlotSet(n)
 			return s.grantSlot(l, c)
 		}
 		return s.grant(l, c)
@@ -170,7 +170,7 @@ func (s *state) applyLeaseComplete(c *LeaseComplete) LeaseResult {
 	}
 	l.completedAt = s.clock
 	l.result = c.Result
-	l.checkpoint, l.checkpointFence, l.checkpointAt = nil, 0, 0 // the result replaces it
+	l.checkpoint = nil // the result replaces it
 	return s.leaseResult(LeaseCompleted, l)
 }
 
@@ -193,9 +193,9 @@ func (s *state) applyLeaseCheckpoint(c *LeaseCheckpoint) LeaseResult {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
 	}
 	l = s.mutLease(holder)
-	l.checkpoint, l.checkpointFence, l.checkpointAt = c.Checkpoint, l.fencing, s.clock
+	l.checkpoint = &storedCheckpoint{value: c.Checkpoint, fence: l.fencing, at: s.clock}
 	r := s.leaseResult(LeaseCheckpointed, l)
-	r.CheckpointFence, r.CheckpointAt = l.checkpointFence, l.checkpointAt
+	r.CheckpointFence, r.CheckpointAt = l.checkpoint.fence, l.checkpoint.at
 	return r
 }
 

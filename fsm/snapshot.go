@@ -167,10 +167,10 @@ func (l *lease) encode(e *wire.Encoder, version uint64) {
 			l.set.encode(e)
 		}
 		e.Bool(l.checkpoint != nil)
-		if l.checkpoint != nil {
-			e.Blob(l.checkpoint)
-			e.Uvarint(l.checkpointFence)
-			e.Varint(l.checkpointAt)
+		if cp := l.checkpoint; cp != nil {
+			e.Blob(cp.value)
+			e.Uvarint(cp.fence)
+			e.Varint(cp.at)
 		}
 	}
 }
@@ -192,13 +192,10 @@ func (l *lease) decode(d *wire.Decoder, version uint64) {
 			return
 		}
 		if n > 1 {
-			l.slots = uint32(n)
-			l.set = decodeSlotSet(d, l.slots)
+			l.set = decodeSlotSet(d, uint32(n))
 		}
 		if d.Bool() {
-			l.checkpoint = d.Blob()
-			l.checkpointFence = d.Uvarint()
-			l.checkpointAt = d.Varint()
+			l.checkpoint = &storedCheckpoint{value: d.Blob(), fence: d.Uvarint(), at: d.Varint()}
 		}
 	}
 }
