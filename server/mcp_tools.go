@@ -131,7 +131,7 @@ func mcpTools() []*toolDef {
 		return argRoleToken("read_token", "SECRET read token of the queue (64 lowercase hex characters), from create_agent_queue.")
 	}
 
-	leaseBody := []string{"namespace", "key", "ttl_seconds", "fingerprint", "request_id", "wait_seconds", "owner_token", "result"}
+	leaseBody := []string{"namespace", "key", "ttl_seconds", "fingerprint", "request_id", "wait_seconds", "owner_token", "result", "slots", "checkpoint"}
 	argWait := func(maxSeconds float64, desc string) toolArg { return intArg("wait_seconds", 0, maxSeconds, 0, desc) }
 	argRequestID := func(desc string) toolArg {
 		return strArg("request_id", false, requestIDPattern, secret.RequestIDRule, desc)
