@@ -191,7 +191,7 @@ call() {
 inspector "$URL" --method tools/list --strict >"$WORK/tools.json" 2>"$WORK/tools.err" ||
   { cat "$WORK/tools.err" >&2; fail "tools/list --strict failed"; }
 check "$WORK/tools.json" '
-want = {"create_lease_namespace", "acquire_lease", "renew_lease", "release_lease", "complete_lease",
+want = {"create_lease_namespace", "acquire_lease", "renew_lease", "release_lease", "complete_lease", "checkpoint_lease",
         "create_agent_queue", "enqueue_agent_queue_job", "claim_agent_queue_job", "read_agent_queue",
         "read_agent_queue_job", "ack_agent_queue_job", "release_agent_queue_job", "renew_agent_queue_job",
         "retry_agent_queue_job"}
@@ -217,7 +217,7 @@ for tool in ("acquire_lease", "claim_agent_queue_job"):
     assert "pattern" in tools[tool]["inputSchema"]["properties"]["request_id"], tool
 assert "write_token" in tools["retry_agent_queue_job"]["inputSchema"]["required"]
 '
-step "tools/list: 14 tools with annotations and schemas"
+step "tools/list: 15 tools with annotations and schemas"
 
 # The client configuration the README gives, pointed at the follower.
 cat >"$WORK/mcp.json" <<JSON
@@ -232,7 +232,7 @@ cat >"$WORK/mcp.json" <<JSON
 JSON
 inspector_config "$WORK/mcp.json" --method tools/list >"$WORK/tools-config.json" 2>"$WORK/tools-config.err" ||
   { cat "$WORK/tools-config.err" >&2; fail "tools/list through the README's client configuration failed"; }
-check "$WORK/tools-config.json" 'assert len(d["tools"]) == 14, len(d["tools"])'
+check "$WORK/tools-config.json" 'assert len(d["tools"]) == 15, len(d["tools"])'
 step "the README's client configuration connects"
 
 # --- acquire_lease ----------------------------------------------------------------

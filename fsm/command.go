@@ -31,6 +31,8 @@ const (
 	TypeJobRetry      CommandType = 16
 	TypeFenceFloor    CommandType = 17
 	TypeSetLevel      CommandType = 18
+	// TypeLeaseCheckpoint (cluster level 2) stores a holder's checkpoint.
+	TypeLeaseCheckpoint CommandType = 19
 )
 
 // bodyVersion is the version byte written after the type byte. Decoders
@@ -561,6 +563,8 @@ func Encode(c Command) []byte {
 		size += len(c.Key) + len(c.Payload)
 	case *LeaseComplete:
 		size += len(c.Result)
+	case *LeaseCheckpoint:
+		size += len(c.Checkpoint)
 	}
 	e := wire.NewEncoder(make([]byte, 0, size))
 	e.Byte(byte(c.Type()))
@@ -580,6 +584,8 @@ func newCommand(t CommandType) Command {
 		return &LeaseRelease{}
 	case TypeLeaseComplete:
 		return &LeaseComplete{}
+	case TypeLeaseCheckpoint:
+		return &LeaseCheckpoint{}
 	case TypeQueueCreate:
 		return &QueueCreate{}
 	case TypeJobEnqueue:
@@ -636,4 +642,33 @@ func Decode(b []byte) (Command, error) {
 		}
 	}
 	return c, nil
+}
+
+// LeaseCheckpoint stores the progress of the holder of a single-slot
+// lease, which every later grant of the key in its lifecycle returns.
+type LeaseCheckpoint struct {
+	Now        int64
+	Lease      secret.Hash
+	Owner      secret.Hash
+	Checkpoint []byte // canonical, redacted JSON
+}
+
+// Type implements Command.
+func (*LeaseCheckpoint) Type() CommandType { return TypeLeaseCheckpoint }
+
+// Stamp implements Command.
+func (c *LeaseCheckpoint) Stamp() int64 { return c.Now }
+
+func (c *LeaseCheckpoint) encodeBody(e *wire.Encoder) {
+	e.Varint(c.Now)
+	putHash(e, c.Lease)
+	putHash(e, c.Owner)
+	e.Blob(c.Checkpoint)
+}
+
+func (c *LeaseCheckpoint) decodeBody(d *wire.Decoder, _ byte) {
+	c.Now = d.Varint()
+	c.Lease = getHash(d)
+	c.Owner = getHash(d)
+	c.Checkpoint = d.Blob()
 }

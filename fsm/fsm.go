@@ -83,6 +83,9 @@ func (s *state) apply(c Command) interface{} {
 	case *LeaseComplete:
 		r := s.applyLeaseComplete(c)
 		return &r
+	case *LeaseCheckpoint:
+		r := s.applyLeaseCheckpoint(c)
+		return &r
 	case *QueueCreate:
 		r := s.applyQueueCreate(c)
 		return &r

@@ -48,6 +48,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Encode(&FenceFloor{Now: 1, Floor: 1_000_000_000}))
 	f.Add(Encode(&SetLevel{Now: 1, Level: 1}))
 	f.Add(Encode(&LeaseAcquire{Now: 1, TTLSeconds: 60, Slots: 3}))
+	f.Add(Encode(&LeaseCheckpoint{Now: 1, Checkpoint: []byte(`{"step":3}`)}))
 	cmds := sampleCommands()
 	encoded := make([][]byte, len(cmds))
 	for i, c := range cmds {

@@ -43,6 +43,9 @@ func (s *state) leaseResult(o LeaseOutcome, l *lease) LeaseResult {
 		r.CompletedAt = l.completedAt
 		r.Result = l.result
 	}
+	if cp := l.checkpoint; o == LeaseGranted && cp != nil {
+		r.Checkpoint, r.CheckpointFence, r.CheckpointAt = cp.value, cp.fence, cp.at
+	}
 	return r
 }
 
@@ -73,7 +76,7 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 		s.leases[l.id] = l
 		s.timers.setLease(l.id, l.absoluteExpiresAt)
 		if n := c.slotCount(); n > 1 {
-			l.slots, l.set = n, newSlotSet()
+			l.set = newSlotSet(n)
 			return s.grantSlot(l, c)
 		}
 		return s.grant(l, c)
@@ -167,7 +170,33 @@ func (s *state) applyLeaseComplete(c *LeaseComplete) LeaseResult {
 	}
 	l.completedAt = s.clock
 	l.result = c.Result
+	l.checkpoint = nil // the result replaces it
 	return s.leaseResult(LeaseCompleted, l)
+}
+
+// applyLeaseCheckpoint stores the progress of the key's holder; an owner
+// token that does not hold the key stores nothing, so a holder that lost
+// its lease can never overwrite its successor's progress.
+func (s *state) applyLeaseCheckpoint(c *LeaseCheckpoint) LeaseResult {
+	if int64(len(c.Checkpoint)) > s.settings.MaxResultBytes || s.level < 2 {
+		return LeaseResult{Outcome: LeaseInvalid, Now: s.clock}
+	}
+	l := s.liveLease(c.Lease)
+	if l != nil && l.set != nil {
+		return LeaseResult{Outcome: LeaseSlotsRefused, Now: s.clock, AbsoluteExpiresAt: l.absoluteExpiresAt, Slots: l.slotCount()}
+	}
+	holder := s.owned(l, c.Owner)
+	if holder == nil && plantedLostCheckpoint && l != nil && l.state != leaseDone {
+		holder = l
+	}
+	if holder == nil {
+		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
+	}
+	l = s.mutLease(holder)
+	l.checkpoint = &storedCheckpoint{value: c.Checkpoint, fence: l.fencing, at: s.clock}
+	r := s.leaseResult(LeaseCheckpointed, l)
+	r.CheckpointFence, r.CheckpointAt = l.checkpoint.fence, l.checkpoint.at
+	return r
 }
 
 // dropLease removes the record l (ended) with what it counts and its slots

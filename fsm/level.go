@@ -13,8 +13,9 @@ import "github.com/holdfast/holdfast/internal/wire"
 //     (claim and release bodies up to version 2), snapshot format 2.
 //   - Level 1: entry types 17 (FenceFloor) and 18 (SetLevel), snapshot
 //     format 3 (which records the active level).
-//   - Level 2: lease acquire body version 2 (slots), snapshot format 4
-//     (a lease's slots and holders), the leader's lease results with slots
+//   - Level 2: lease acquire body version 2 (slots), entry type 19
+//     (LeaseCheckpoint), snapshot format 4 (a lease's slots, holders and
+//     checkpoint), the leader's lease results with slots or a checkpoint
 //     on the peer link.
 const BuildLevel uint32 = 2
 
@@ -71,7 +72,7 @@ func entryLevel(f entryFormat) (uint32, bool) {
 		return 0, true
 	case entryFormat{TypeFenceFloor, 1}, entryFormat{TypeSetLevel, 1}:
 		return 1, true
-	case entryFormat{TypeLeaseAcquire, 2}:
+	case entryFormat{TypeLeaseAcquire, 2}, entryFormat{TypeLeaseCheckpoint, 1}:
 		return 2, true
 	}
 	return 0, false

@@ -58,6 +58,7 @@ func TestRequiredLevel(t *testing.T) {
 		&Batch{Commands: []Command{&FenceFloor{}}}:                     1,
 		&Batch{Commands: []Command{&SetLevel{Level: 3}}}:               3,
 		&LeaseAcquire{Slots: 3}:                                        2,
+		&LeaseCheckpoint{Checkpoint: []byte("1")}:                      2,
 		&Batch{Commands: []Command{&LeaseAcquire{Slots: 2}, &Sweep{}}}: 2,
 	} {
 		if l := RequiredLevel(c); l != want {

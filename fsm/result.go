@@ -34,12 +34,15 @@ const (
 	// in this lifecycle, is not the one asked for (acquire); Slots is the
 	// key's.
 	LeaseSlotsConflict
-	// LeaseSlotsRefused: the key has more than one slot, and results are
-	// for single-slot keys only (complete); nothing changed.
+	// LeaseSlotsRefused: the key has more than one slot, and results and
+	// checkpoints are for single-slot keys only (complete, checkpoint);
+	// nothing changed.
 	LeaseSlotsRefused
+	// LeaseCheckpointed: the holder's checkpoint is stored (checkpoint).
+	LeaseCheckpointed
 )
 
-var leaseOutcomeNames = [...]string{"", "granted", "held", "completed", "conflict", "renewed", "released", "lost", "invalid", "limit_reached", "slots_conflict", "slots_refused"}
+var leaseOutcomeNames = [...]string{"", "granted", "held", "completed", "conflict", "renewed", "released", "lost", "invalid", "limit_reached", "slots_conflict", "slots_refused", "checkpointed"}
 
 // String returns the outcome's name.
 func (o LeaseOutcome) String() string {
@@ -70,6 +73,12 @@ type LeaseResult struct {
 	// for a key with more than one slot (and Slots for LeaseSlotsConflict);
 	// both are 0 for a single-slot key.
 	Slots, Held uint32
+	// Checkpoint is the key's last stored checkpoint (canonical JSON), for
+	// a grant; CheckpointFence is the fencing token of the holder that
+	// wrote it and CheckpointAt when (also set for LeaseCheckpointed).
+	Checkpoint      []byte
+	CheckpointFence uint64
+	CheckpointAt    int64
 }
 
 // QueueOutcome is the business outcome of a queue command.

@@ -36,15 +36,18 @@ func holderLess(a, b *slotHolder) bool {
 // slotSet holds a multi-slot key's owners, by owner and in a min-heap of
 // expiries, so taking, renewing or freeing one slot costs O(log N).
 type slotSet struct {
+	slots   uint32 // the key's slot count, more than one
 	byOwner map[secret.Hash]*slotHolder
 	heap    []*slotHolder
 }
 
-func newSlotSet() *slotSet { return &slotSet{byOwner: make(map[secret.Hash]*slotHolder)} }
+func newSlotSet(slots uint32) *slotSet {
+	return &slotSet{slots: slots, byOwner: make(map[secret.Hash]*slotHolder)}
+}
 
 // clone copies the set, its holders included, for copy-on-write.
 func (s *slotSet) clone() *slotSet {
-	c := &slotSet{byOwner: make(map[secret.Hash]*slotHolder, len(s.heap)), heap: make([]*slotHolder, len(s.heap))}
+	c := &slotSet{slots: s.slots, byOwner: make(map[secret.Hash]*slotHolder, len(s.heap)), heap: make([]*slotHolder, len(s.heap))}
 	for i, h := range s.heap {
 		n := *h
 		c.heap[i] = &n
@@ -145,7 +148,7 @@ func (s *slotSet) encode(e *wire.Encoder) {
 }
 
 func decodeSlotSet(d *wire.Decoder, slots uint32) *slotSet {
-	s := newSlotSet()
+	s := newSlotSet(slots)
 	for n := d.Len(); n > 0 && d.Err() == nil; n-- {
 		h := &slotHolder{}
 		d.Fixed(h.owner[:])
@@ -160,9 +163,13 @@ func decodeSlotSet(d *wire.Decoder, slots uint32) *slotSet {
 	return s
 }
 
-// slotCount is the key's number of slots; records written before slots
-// existed have one.
-func (l *lease) slotCount() uint32 { return max(l.slots, 1) }
+// slotCount is the key's number of slots.
+func (l *lease) slotCount() uint32 {
+	if l.set != nil {
+		return l.set.slots
+	}
+	return 1
+}
 
 // slotsTimer is a multi-slot key's timer at its earliest holder's expiry.
 func slotsTimer(id secret.Hash) timerKey { return timerKey{kind: timerSlots, a: id} }

@@ -25,7 +25,8 @@ import (
 // settings; a state at level 0 is written as version 2, byte for byte as
 // builds before the level wrote it, so they can read it. Version 4
 // (cluster level 2) adds each lease's slot count and, for a key with more
-// than one, its holders; a state at level 1 is still written as version 3.
+// than one, its holders, and its checkpoint; a state at level 1 is still
+// written as version 3.
 const (
 	snapshotMagic   = "HOLDFAST-SNAP"
 	snapshotVersion = 4
@@ -165,6 +166,12 @@ func (l *lease) encode(e *wire.Encoder, version uint64) {
 		if l.set != nil {
 			l.set.encode(e)
 		}
+		e.Bool(l.checkpoint != nil)
+		if cp := l.checkpoint; cp != nil {
+			e.Blob(cp.value)
+			e.Uvarint(cp.fence)
+			e.Varint(cp.at)
+		}
 	}
 }
 
@@ -185,8 +192,10 @@ func (l *lease) decode(d *wire.Decoder, version uint64) {
 			return
 		}
 		if n > 1 {
-			l.slots = uint32(n)
-			l.set = decodeSlotSet(d, l.slots)
+			l.set = decodeSlotSet(d, uint32(n))
+		}
+		if d.Bool() {
+			l.checkpoint = &storedCheckpoint{value: d.Blob(), fence: d.Uvarint(), at: d.Varint()}
 		}
 	}
 }

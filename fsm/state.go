@@ -31,11 +31,21 @@ type lease struct {
 	absoluteExpiresAt int64
 	completedAt       int64
 	result            []byte
-	// slots is the key's slot count, fixed by its first acquire (0 in
-	// records written before slots existed: one). With more than one, set
-	// holds the owners and the single owner's fields stay empty.
-	slots uint32
-	set   *slotSet
+	// set holds the owners of a key whose first acquire asked for more
+	// than one slot, and its slot count; nil for a single-slot key, whose
+	// owner is in the fields above.
+	set *slotSet
+	// checkpoint is the last progress a holder stored; nil for none. It is
+	// replaced whole, never changed, so records of two epochs may share it.
+	checkpoint *storedCheckpoint
+}
+
+// storedCheckpoint is a lease's last checkpoint: canonical JSON, the
+// fencing token of the holder that wrote it, and when.
+type storedCheckpoint struct {
+	value []byte
+	fence uint64
+	at    int64
 }
 
 type queue struct {

@@ -48,6 +48,7 @@ func (s *Server) apiRoutes() []apiRouteSpec {
 		{"/lease/renew", restLeaseOwner(s, s.svc.RenewLease), false},
 		{"/lease/release", restLeaseOwner(s, s.svc.ReleaseLease), false},
 		{"/lease/complete", restLeaseOwner(s, s.svc.CompleteLease), false},
+		{"/lease/checkpoint", restLeaseOwner(s, s.svc.CheckpointLease), false},
 		{"/queue", s.restCreateQueue, false},
 		{"/queue/:queue_id/jobs", s.restEnqueue, false},
 		{"/queue/:queue_id/claim", s.restClaim, true},

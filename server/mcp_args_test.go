@@ -1,7 +1,9 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -17,6 +19,7 @@ func argSamples() map[string]string {
 		"fingerprint":        `"` + secretMark + `-fp"`,
 		"owner_token":        `"own_` + strings.Repeat("b", 43) + `"`,
 		"result":             `{"receipt_id":4817,"note":"` + secretMark + `"}`,
+		"checkpoint":         `{"step":3,"note":"` + secretMark + `"}`,
 		"queue_id":           hex(32),
 		"job_id":             hex(32),
 		"write_token":        hex(64),
@@ -127,5 +130,36 @@ func TestParseArgsIsStrict(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEveryArgumentReachesTheLeader: a leader-only tool called on a
+// follower is sent as its REST request, so each of its arguments must go
+// into the body, the path or the bearer token; one that goes nowhere would
+// be dropped silently through a follower.
+func TestEveryArgumentReachesTheLeader(t *testing.T) {
+	samples := argSamples()
+	for _, tool := range mcpTools() {
+		if !tool.leaderOnly {
+			continue
+		}
+		args := toolArgs{}
+		for _, a := range tool.args {
+			args[a.name] = json.RawMessage(samples[a.name])
+			if a.schema.Type == "integer" {
+				args[a.name] = json.RawMessage("7") // a value no default leaves out
+			}
+		}
+		path := tool.path(args)
+		for _, a := range tool.args {
+			if a.name == tool.bearer || slices.Contains(tool.body, a.name) || strings.Contains(path, a.name+"=7") {
+				continue
+			}
+			var s string
+			if json.Unmarshal(args[a.name], &s) == nil && s != "" && strings.Contains(path, s) {
+				continue
+			}
+			t.Errorf("%s: argument %s goes neither into the REST body, the path nor the bearer token", tool.name, a.name)
+		}
 	}
 }

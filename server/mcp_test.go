@@ -232,6 +232,7 @@ func TestMCP(t *testing.T) {
 	t.Run("tools", func(t *testing.T) { testToolList(t, cs) })
 	t.Run("lease flow", func(t *testing.T) { secrets = append(secrets, testLeaseFlow(t, cs)...) })
 	t.Run("queue flow", func(t *testing.T) { secrets = append(secrets, testQueueFlow(t, cs)...) })
+	t.Run("slots and checkpoints", func(t *testing.T) { secrets = append(secrets, testCheckpointFlow(t, cs)...) })
 	t.Run("waiting calls", func(t *testing.T) { testWaitingCalls(t, cs) })
 	t.Run("protocol errors", func(t *testing.T) { testProtocolErrors(t, cs) })
 	t.Run("strict arguments", func(t *testing.T) { testStrictArguments(t, follower.url, nodes[0].url) })
@@ -278,7 +279,7 @@ func testToolList(t *testing.T, cs *mcp.ClientSession) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"create_lease_namespace", "acquire_lease", "renew_lease", "release_lease", "complete_lease",
+	want := []string{"create_lease_namespace", "acquire_lease", "renew_lease", "release_lease", "complete_lease", "checkpoint_lease",
 		"create_agent_queue", "enqueue_agent_queue_job", "claim_agent_queue_job", "read_agent_queue", "read_agent_queue_job",
 		"ack_agent_queue_job", "release_agent_queue_job", "renew_agent_queue_job", "retry_agent_queue_job"}
 	readOnly := map[string]bool{"create_lease_namespace": true, "read_agent_queue": true, "read_agent_queue_job": true}
@@ -367,6 +368,7 @@ func testToolList(t *testing.T, cs *mcp.ClientSession) {
 		"create_lease_namespace":  nil,
 		"acquire_lease":           {"key"},
 		"complete_lease":          {"key", "owner_token", "result"},
+		"checkpoint_lease":        {"checkpoint", "key", "owner_token"},
 		"create_agent_queue":      nil,
 		"enqueue_agent_queue_job": {"job_key", "payload", "queue_id", "write_token"},
 		"claim_agent_queue_job":   {"queue_id", "worker_token"},
@@ -459,6 +461,58 @@ func testLeaseFlow(t *testing.T, cs *mcp.ClientSession) []string {
 		t.Fatalf("invalid key: %v", r)
 	}
 	return []string{ns, key, key2, fp, owner, a.str("owner_token"), b.str("owner_token")}
+}
+
+// testCheckpointFlow: acquire_lease with slots, and checkpoint_lease: a
+// stale owner stores nothing, the holder's progress reaches the next grant.
+func testCheckpointFlow(t *testing.T, cs *mcp.ClientSession) []string {
+	ns := call(t, cs, "create_lease_namespace", nil, http.StatusOK).str("namespace")
+	// Both need cluster level 2, which a new cluster reaches once its
+	// configuration has settled.
+	deadline := time.Now().Add(40 * time.Second)
+	var a result
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "acquire_lease", Arguments: map[string]any{"namespace": ns, "key": "crawl", "slots": 2}})
+		cancel()
+		if err != nil {
+			t.Fatalf("acquire_lease: %v", err)
+		}
+		if a = asResult(t, res.StructuredContent); a.num(server.HTTPStatusField) != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if a.num(server.HTTPStatusField) != http.StatusCreated || a.num("slots") != 2 || a.num("held") != 1 {
+		t.Fatalf("acquire with slots: %v", a)
+	}
+	b := call(t, cs, "acquire_lease", map[string]any{"namespace": ns, "key": "crawl", "slots": 2}, http.StatusCreated)
+	if b.num("fencing_token") <= a.num("fencing_token") || b.num("held") != 2 {
+		t.Fatalf("second slot: %v", b)
+	}
+	if r := call(t, cs, "acquire_lease", map[string]any{"namespace": ns, "key": "crawl", "slots": 2}, http.StatusConflict); r.str("status") != "held" {
+		t.Fatalf("third owner of two slots: %v", r)
+	}
+	if r := call(t, cs, "acquire_lease", map[string]any{"namespace": ns, "key": "crawl"}, http.StatusConflict); r.str("field") != "slots" {
+		t.Fatalf("another slot count: %v", r)
+	}
+
+	first := call(t, cs, "acquire_lease", map[string]any{"namespace": ns, "key": "job", "ttl_seconds": 1}, http.StatusCreated)
+	stale := map[string]any{"namespace": ns, "key": "job", "owner_token": first.str("owner_token")}
+	stale["checkpoint"] = map[string]any{"step": 1}
+	if r := call(t, cs, "checkpoint_lease", stale, http.StatusOK); r.str("status") != "checkpointed" || r.num("fencing_token") != first.num("fencing_token") {
+		t.Fatalf("checkpoint: %v", r)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	next := call(t, cs, "acquire_lease", map[string]any{"namespace": ns, "key": "job"}, http.StatusCreated)
+	if next.obj("checkpoint").num("step") != 1 || next.num("checkpoint_fencing_token") != first.num("fencing_token") {
+		t.Fatalf("the next grant: %v", next)
+	}
+	stale["checkpoint"] = map[string]any{"step": 99}
+	if r := call(t, cs, "checkpoint_lease", stale, http.StatusConflict); r.str("status") != "lost" {
+		t.Fatalf("checkpoint by a stale owner: %v", r)
+	}
+	return []string{ns, a.str("owner_token"), b.str("owner_token"), first.str("owner_token"), next.str("owner_token")}
 }
 
 func testQueueFlow(t *testing.T, cs *mcp.ClientSession) []string {

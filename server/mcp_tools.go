@@ -92,7 +92,7 @@ const (
 		"A worker may finish the work and lose its claim before acking, so the work may run twice: make its effects idempotent, keyed by job_key or job_id."
 )
 
-// mcpTools defines the fourteen tools. The argument names mirror the REST
+// mcpTools defines the fifteen tools. The argument names mirror the REST
 // bodies; queue tools take the role token as an argument named for its role.
 func mcpTools() []*toolDef {
 	// Arguments shared by several tools, built afresh for each server.
@@ -131,7 +131,7 @@ func mcpTools() []*toolDef {
 		return argRoleToken("read_token", "SECRET read token of the queue (64 lowercase hex characters), from create_agent_queue.")
 	}
 
-	leaseBody := []string{"namespace", "key", "ttl_seconds", "fingerprint", "request_id", "wait_seconds", "owner_token", "result"}
+	leaseBody := []string{"namespace", "key", "ttl_seconds", "fingerprint", "request_id", "wait_seconds", "owner_token", "result", "slots", "checkpoint"}
 	argWait := func(maxSeconds float64, desc string) toolArg { return intArg("wait_seconds", 0, maxSeconds, 0, desc) }
 	argRequestID := func(desc string) toolArg {
 		return strArg("request_id", false, requestIDPattern, secret.RequestIDRule, desc)
@@ -251,6 +251,24 @@ func mcpTools() []*toolDef {
 			},
 			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/lease/complete" }, body: leaseBody,
 			local: leaseOwner((*service.Service).CompleteLease),
+		},
+		{
+			name:  "checkpoint_lease",
+			title: "Checkpoint a lease",
+			description: "Store your progress on a lease you hold, so that whoever acquires the key next in its 24-hour lifecycle (you after a crash, or another worker) can pick up where you stopped: every later grant (acquire_lease, http_status 201) returns checkpoint with checkpoint_fencing_token (the fencing token of the holder that wrote it) and checkpoint_at. A newer checkpoint replaces the older; complete_lease replaces it with the result.\n" +
+				"- http_status 200, status \"checkpointed\", with your fencing_token and checkpoint_at: stored.\n" +
+				"- http_status 409, status \"lost\" (isError): you no longer hold the lease, so nothing was stored: a holder that lost its lease can never overwrite its successor's progress. Stop the work.\n" +
+				"- http_status 409, status \"conflict\" with field \"slots\" (isError): the key has more than one slot; checkpoints belong to single-slot leases.\n" +
+				"- http_status 413: checkpoint is over 32 KB. Fields named like authorization, password, secret, token, private_key or api_key are replaced with \"[redacted]\" before storage." + leaseSecrets + resultNote,
+			readOnly: false, idempotent: true, destructive: false,
+			args: []toolArg{
+				argNamespace("The namespace used to acquire (SECRET)."),
+				argKey("The key used to acquire (SECRET)."),
+				argOwnerToken(),
+				jsonArg("checkpoint", "Any JSON value describing your progress (e.g. {\"step\": 3, \"cursor\": \"...\"}), at most 32 KB as JSON after redaction."),
+			},
+			leaderOnly: true, method: http.MethodPost, path: func(toolArgs) string { return "/lease/checkpoint" }, body: leaseBody,
+			local: leaseOwner((*service.Service).CheckpointLease),
 		},
 		{
 			name:  "create_agent_queue",

@@ -94,7 +94,20 @@ func leaseReply(a service.LeaseAnswer, err error) reply {
 	case fsm.LeaseGranted:
 		body := heldBody(r)
 		body["owner_token"] = a.OwnerToken
+		if r.Checkpoint != nil {
+			body["checkpoint"] = jsonenc.Stored(r.Checkpoint)
+			body["checkpoint_fencing_token"] = r.CheckpointFence
+			body["checkpoint_at_timestamp"] = service.UnixSeconds(r.CheckpointAt)
+			body["checkpoint_at"] = service.RFC3339(r.CheckpointAt)
+		}
 		return okReply(http.StatusCreated, body)
+	case fsm.LeaseCheckpointed:
+		return okReply(http.StatusOK, jsonenc.H{
+			"status":                  "checkpointed",
+			"fencing_token":           r.FencingToken,
+			"checkpoint_at_timestamp": service.UnixSeconds(r.CheckpointAt),
+			"checkpoint_at":           service.RFC3339(r.CheckpointAt),
+		})
 	case fsm.LeaseCompleted:
 		return okReply(http.StatusOK, jsonenc.H{
 			"status":                        "completed",

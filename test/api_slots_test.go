@@ -5,6 +5,7 @@ package test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,4 +154,70 @@ func leaseSlots(t *testing.T, e *apiEnv, n *harness.Node) {
 		expectError(t, fmt.Sprintf("slots %v", bad), e.do(t, n, post("/lease", map[string]any{"namespace": ns, "key": "bad:" + randHex(t, 4), "slots": bad})),
 			http.StatusBadRequest, "slots", nil)
 	}
+}
+
+// leaseCheckpoints: the holder's checkpoint is stored (redacted) and every
+// later grant of the key returns it with the fence that wrote it; an owner
+// token that no longer holds the key stores nothing; complete replaces it;
+// multi-slot keys refuse it; bad bodies are refused naming the field.
+func leaseCheckpoints(t *testing.T, e *apiEnv, n *harness.Node) {
+	awaitLevel(t, n, 2)
+	ns := e.newNamespace(t, n)
+	key := "resume:" + randHex(t, 8)
+	acquire := map[string]any{"namespace": ns, "key": key, "ttl_seconds": 2}
+	g1 := checkGranted(t, "first grant", e.do(t, n, post("/lease", acquire)), 2)
+	owner := func(tok string, cp any) map[string]any {
+		return map[string]any{"namespace": ns, "key": key, "owner_token": tok, "checkpoint": cp}
+	}
+	a := e.do(t, n, post("/lease/checkpoint", owner(g1.owner, map[string]any{"step": 1, "api_key": "sk-live-1"})))
+	expectStatus(t, "checkpoint", a, http.StatusOK)
+	fields(t, "checkpoint", a.m, []string{"ok", "status", "fencing_token", "checkpoint_at", "checkpoint_at_timestamp"}, nil)
+	if str(t, "checkpoint", a.m, "status") != "checkpointed" || integer(t, "checkpoint", a.m, "fencing_token") != g1.fence {
+		t.Errorf("checkpoint: %s", a)
+	}
+	cpAt := timePair(t, "checkpoint", a.m, "checkpoint_at", "checkpoint_at_timestamp")
+	// The lease expires; the next grant carries the holder's progress.
+	time.Sleep(2500 * time.Millisecond)
+	g2 := e.do(t, n, post("/lease", map[string]any{"namespace": ns, "key": key, "ttl_seconds": 60}))
+	expectStatus(t, "the next grant", g2, http.StatusCreated)
+	fields(t, "the next grant", g2.m, []string{"ok", "status", "owner_token", "ttl_seconds", "fencing_token", "lease_expires_at_timestamp",
+		"lease_expires_at", "absolute_expires_at_timestamp", "absolute_expires_at", "checkpoint", "checkpoint_fencing_token", "checkpoint_at", "checkpoint_at_timestamp"}, nil)
+	if got := string(rawField(t, "the next grant", g2, "checkpoint")); got != `{"api_key":"[redacted]","step":1}` {
+		t.Errorf("the next grant's checkpoint %s, want the redacted progress", got)
+	}
+	if integer(t, "next", g2.m, "checkpoint_fencing_token") != g1.fence || timePair(t, "next", g2.m, "checkpoint_at", "checkpoint_at_timestamp") != cpAt {
+		t.Errorf("the next grant: %s", g2)
+	}
+	owner2 := str(t, "next", g2.m, "owner_token")
+	// The paused first holder wakes up: its write is refused, nothing stored.
+	checkLost(t, "checkpoint by the lost holder", e.do(t, n, post("/lease/checkpoint", owner(g1.owner, map[string]any{"step": 99}))))
+	expectStatus(t, "checkpoint by the new holder", e.do(t, n, post("/lease/checkpoint", owner(owner2, []any{2, "b"}))), http.StatusOK)
+	checkReleased(t, "release", e.do(t, n, post("/lease/release", map[string]any{"namespace": ns, "key": key, "owner_token": owner2})), integer(t, "next", g2.m, "fencing_token"))
+	g3 := e.do(t, n, post("/lease", map[string]any{"namespace": ns, "key": key}))
+	if got := string(rawField(t, "third grant", g3, "checkpoint")); got != `[2,"b"]` {
+		t.Errorf("the third grant's checkpoint %s, want the second holder's", got)
+	}
+	owner3 := str(t, "third", g3.m, "owner_token")
+	for _, bad := range []struct {
+		name  string
+		body  map[string]any
+		field string
+	}{
+		{"no checkpoint", map[string]any{"namespace": ns, "key": key, "owner_token": owner3}, "checkpoint"},
+		{"with ttl_seconds", map[string]any{"namespace": ns, "key": key, "owner_token": owner3, "checkpoint": 1, "ttl_seconds": 5}, "body"},
+	} {
+		expectError(t, bad.name, e.do(t, n, post("/lease/checkpoint", bad.body)), http.StatusBadRequest, bad.field, nil)
+	}
+	expectError(t, "checkpoint on renew", e.do(t, n, post("/lease/renew", map[string]any{"namespace": ns, "key": key, "owner_token": owner3, "checkpoint": 1})),
+		http.StatusBadRequest, "checkpoint", nil)
+	expectError(t, "a checkpoint over 32 KB", e.do(t, n, post("/lease/checkpoint", owner(owner3, strings.Repeat("x", 33000)))),
+		http.StatusRequestEntityTooLarge, "checkpoint", nil)
+	done := e.do(t, n, post("/lease/complete", map[string]any{"namespace": ns, "key": key, "owner_token": owner3, "result": "done"}))
+	expectStatus(t, "complete", done, http.StatusOK)
+	if a := e.do(t, n, post("/lease", map[string]any{"namespace": ns, "key": key})); a.Status != http.StatusOK || a.has("checkpoint") {
+		t.Errorf("acquire after complete: %s, want the result without a checkpoint", a)
+	}
+	multi := "multi:" + randHex(t, 8)
+	o, _ := checkSlotGrant(t, "a 2-slot key", e.do(t, n, post("/lease", map[string]any{"namespace": ns, "key": multi, "slots": 2})), 2, 1)
+	checkSlotsConflict(t, "checkpoint on a 2-slot key", e.do(t, n, post("/lease/checkpoint", map[string]any{"namespace": ns, "key": multi, "owner_token": o, "checkpoint": 1})), 2)
 }

@@ -40,6 +40,7 @@ var apiScenarios = []apiScenario{
 	{"lease/request-ids", leaseRequestIDs},
 	{"lease/blocking-acquire", leaseBlockingAcquire},
 	{"lease/slots", leaseSlots},
+	{"lease/checkpoints", leaseCheckpoints},
 	{"queue/spec-flow", queueSpecFlow},
 	{"queue/dedup-and-payload-size", queueDedup},
 	{"queue/job-key-rule", queueJobKeys},

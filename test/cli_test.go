@@ -215,6 +215,10 @@ func TestCLI(t *testing.T) {
 		awaitLevel(t, c.Node(0), 2)
 		cliSlots(t, cli.with(t))
 	})
+	t.Run("resume-from-checkpoint", func(t *testing.T) {
+		awaitLevel(t, c.Node(0), 2)
+		cliResume(t, cli.with(t))
+	})
 	t.Run("work", func(t *testing.T) { cliWork(t, cli.with(t)) })
 	t.Run("queue-create-env", func(t *testing.T) {
 		cli := cli.with(t)
@@ -753,5 +757,32 @@ func cliSlots(t *testing.T, cli *cliEnv) {
 	}
 	for range 3 {
 		cli.want(0, e, "exec", "--key", "crawl", "--slots", "2", "--", "true")
+	}
+}
+
+// cliResume: the README's resumable job. Each run of exec finds the last
+// checkpoint in HOLDFAST_CHECKPOINT and stores its own with holdfast lease
+// checkpoint; a run that fails part-way leaves its progress to the next.
+func cliResume(t *testing.T, cli *cliEnv) {
+	ns := cli.secret(cli.want(0, nil, "lease", "namespace", "--field", "namespace").stdout)
+	e := []string{"HOLDFAST_NAMESPACE=" + ns, "PATH=" + filepath.Dir(env.Binary) + ":" + os.Getenv("PATH")}
+	seen := filepath.Join(cli.dir, "seen")
+	// Steps 1 to 3; the first run dies after step 2.
+	script := `bin=$1; last=$(cat "$HOLDFAST_CHECKPOINT"); echo "start:${last:-none}" >> ` + seen + `
+step=$(printf '%s' "$last" | sed -n 's/.*"step":\([0-9]*\).*/\1/p'); step=${step:-0}
+while [ "$step" -lt 3 ]; do
+  step=$((step+1))
+  "$bin" lease checkpoint --checkpoint "{\"step\":$step}" >/dev/null || exit 9
+  if [ "$step" = 2 ] && [ ! -e ` + seen + `.crashed ]; then touch ` + seen + `.crashed; exit 7; fi
+done`
+	cli.want(7, e, "exec", "--key", "job-42", "--", "sh", "-c", script, "sh", env.Binary)
+	cli.want(0, e, "exec", "--key", "job-42", "--", "sh", "-c", script, "sh", env.Binary)
+	if got := waitFile(t, seen, time.Second); got != "start:none\nstart:{\"step\":2}" {
+		t.Errorf("the runs started from %q, want none and then step 2", got)
+	}
+	// Completed: the result replaced the checkpoint.
+	r := cli.want(0, e, "lease", "acquire", "--key", "job-42")
+	if j := jsonOf(t, r.stdout); j["status"] != "completed" || j["checkpoint"] != nil {
+		t.Errorf("after the second run: %s", r.stdout)
 	}
 }

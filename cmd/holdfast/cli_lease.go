@@ -17,6 +17,7 @@ func leaseCommand(args []string, stdout, stderr io.Writer) int {
 		{"renew", "extend a held lease (same fencing token)", leaseVerb("renew")},
 		{"release", "give a held lease up", leaseVerb("release")},
 		{"complete", "finish a held lease with a result others then receive", leaseVerb("complete")},
+		{"checkpoint", "store progress on a held lease; the key's next grant returns it", leaseVerb("checkpoint")},
 	}, args, stdout, stderr)
 }
 
@@ -58,8 +59,11 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 			wait = secondsFlag(fs, "wait", 0, "wait_seconds: wait up to this long while the lease is held, 0 to 60")
 		}
 		result := ""
-		if verb == "complete" {
+		switch verb {
+		case "complete":
 			fs.StringVar(&result, "result", "", "the result: JSON text, @FILE or - for stdin (required)")
+		case "checkpoint":
+			fs.StringVar(&result, "checkpoint", "", "the progress: JSON text, @FILE or - for stdin (required)")
 		}
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
@@ -82,7 +86,7 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		if *wait != 0 {
 			body["wait_seconds"] = *wait
 		}
-		if *slots != 1 {
+		if verb == "acquire" && *slots != 1 {
 			body["slots"] = *slots
 		}
 		rid := ""
@@ -94,8 +98,9 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 				body["request_id"] = rid
 			}
 		}
-		if verb == "complete" {
-			if body["result"], err = jsonArg("result", result, os.Stdin); err != nil {
+		if verb == "complete" || verb == "checkpoint" {
+			field := map[string]string{"complete": "result", "checkpoint": "checkpoint"}[verb]
+			if body[field], err = jsonArg(field, result, os.Stdin); err != nil {
 				return usageError(stderr, name, err)
 			}
 		}

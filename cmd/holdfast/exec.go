@@ -28,6 +28,10 @@ before a renewal succeeds) CMD gets SIGTERM, then SIGKILL after --grace, and exe
 When CMD exits 0 the lease is completed with a result; otherwise it is released and exec exits
 with CMD's status. A key already completed with the same fingerprint prints the stored result
 and exits 0 without running CMD. Signals sent to exec are passed on to CMD's process group.
+CMD also gets HOLDFAST_CHECKPOINT, naming a file that holds the key's last checkpoint (empty
+when it has none), and HOLDFAST_OWNER_TOKEN, HOLDFAST_NAMESPACE, HOLDFAST_KEY and HOLDFAST_ADDR,
+so that "holdfast lease checkpoint --checkpoint JSON" run by CMD stores its progress: the next
+run of the key, here or on another host, after a crash, finds it in HOLDFAST_CHECKPOINT.
 With --slots N the key has N slots: up to N runs of CMD hold it at once, across every host that
 starts one, each with its own fencing token; a run that exits 0 releases its slot (results
 belong to single-slot keys), so --result stdout is not allowed with it.
@@ -40,10 +44,11 @@ const maxAcquireWait = 60 * time.Second
 
 // execLease is what exec needs from a grant or a renewal.
 type execLease struct {
-	OwnerToken     string `json:"owner_token"`
-	FencingToken   int64  `json:"fencing_token"`
-	TTLSeconds     int64  `json:"ttl_seconds"`
-	LeaseExpiresAt string `json:"lease_expires_at"`
+	OwnerToken     string          `json:"owner_token"`
+	FencingToken   int64           `json:"fencing_token"`
+	TTLSeconds     int64           `json:"ttl_seconds"`
+	LeaseExpiresAt string          `json:"lease_expires_at"`
+	Checkpoint     json.RawMessage `json:"checkpoint"`
 }
 
 // execRun is one run of holdfast exec.
@@ -55,8 +60,11 @@ type execRun struct {
 	ttl         time.Duration
 	wait, grace time.Duration
 	result      string
-	stdout      io.Writer
-	stderr      io.Writer
+	// conn is what CMD needs to call the cluster as exec does (the
+	// addresses and TLS files), as environment variables.
+	conn   []string
+	stdout io.Writer
+	stderr io.Writer
 }
 
 func execCommand(args []string, stdout, stderr io.Writer) int {
@@ -102,6 +110,12 @@ func execCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if r.cl, err = o.client(); err != nil {
 		return usageError(stderr, "exec", err)
+	}
+	r.conn = []string{"HOLDFAST_ADDR=" + o.addr}
+	for _, v := range [][2]string{{"HOLDFAST_CA_FILE", o.caFile}, {"HOLDFAST_CLIENT_CERT_FILE", o.certFile}, {"HOLDFAST_CLIENT_KEY_FILE", o.keyFile}} {
+		if v[1] != "" {
+			r.conn = append(r.conn, v[0]+"="+v[1])
+		}
 	}
 	defer r.cl.CloseIdle()
 	return r.run(argv)
@@ -173,10 +187,14 @@ func (r *execRun) run(argv []string) int {
 	if r.result == "stdout" {
 		out = io.MultiWriter(r.stdout, &limitedBuffer{buf: &captured, max: 1 << 20})
 	}
-	ch, err := startChild(argv, []string{
-		"HOLDFAST_FENCING_TOKEN=" + strconv.FormatInt(lease.FencingToken, 10),
-		"HOLDFAST_LEASE_EXPIRES_AT=" + lease.LeaseExpiresAt,
-	}, os.Stdin, out, r.stderr)
+	env, cleanup, err := r.childEnv(lease)
+	if err != nil {
+		fmt.Fprintf(r.stderr, "holdfast exec: %v\n", err)
+		r.release(lease.OwnerToken)
+		return exitFailed
+	}
+	defer cleanup()
+	ch, err := startChild(argv, env, os.Stdin, out, r.stderr)
 	if err != nil {
 		fmt.Fprintf(r.stderr, "holdfast exec: %v\n", err)
 		r.release(lease.OwnerToken)
@@ -204,6 +222,41 @@ func (r *execRun) run(argv []string) int {
 			return r.complete(lease.OwnerToken, captured.Bytes())
 		}
 	}
+}
+
+// childEnv is CMD's environment beyond exec's own: the fencing token and
+// expiry, HOLDFAST_CHECKPOINT naming a file (mode 0600, removed by
+// cleanup) that holds the key's last checkpoint (empty when it has none),
+// and what `holdfast lease checkpoint` needs to store a new one: the
+// addresses and TLS files, the namespace, the key and the owner token.
+func (r *execRun) childEnv(lease execLease) (env []string, cleanup func(), err error) {
+	f, err := os.CreateTemp("", "holdfast-checkpoint-*.json")
+	if err != nil {
+		return nil, nil, fmt.Errorf("create the checkpoint file: %w", err)
+	}
+	cleanup = func() { _ = os.Remove(f.Name()) }
+	if lease.Checkpoint != nil {
+		_, err = f.Write(append(bytes.TrimSpace(lease.Checkpoint), '\n'))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("write the checkpoint file: %w", err)
+	}
+	env = append([]string{
+		"HOLDFAST_FENCING_TOKEN=" + strconv.FormatInt(lease.FencingToken, 10),
+		"HOLDFAST_LEASE_EXPIRES_AT=" + lease.LeaseExpiresAt,
+		"HOLDFAST_CHECKPOINT=" + f.Name(),
+		"HOLDFAST_OWNER_TOKEN=" + lease.OwnerToken,
+	}, r.conn...)
+	for _, v := range [][2]string{{"namespace", "HOLDFAST_NAMESPACE"}, {"key", "HOLDFAST_KEY"}} {
+		if s, ok := r.base[v[0]].(string); ok {
+			env = append(env, v[1]+"="+s)
+		}
+	}
+	return env, cleanup, nil
 }
 
 // acquire gets the lease, waiting while it is held. done says that exec

@@ -114,6 +114,11 @@ func (s *Service) prepare(op *leaderOp) *Error {
 			return TooLarge("result", fmt.Sprintf("must be at most %d bytes as canonical JSON after redaction (got %d)", st.MaxResultBytes, len(c.Result)))
 		}
 		c.Now = now
+	case *fsm.LeaseCheckpoint:
+		if int64(len(c.Checkpoint)) > st.MaxResultBytes {
+			return TooLarge("checkpoint", fmt.Sprintf("must be at most %d bytes as canonical JSON after redaction (got %d)", st.MaxResultBytes, len(c.Checkpoint)))
+		}
+		c.Now = now
 	case *fsm.QueueCreate:
 		c.Now = now
 	case *fsm.JobEnqueue:
@@ -213,10 +218,10 @@ const (
 	resultLease   = 1
 	resultQueue   = 2
 	resultRefusal = 3
-	// resultLeaseSlots (cluster level 2) is a lease result followed by the
-	// key's slots and how many are held; written only for a result that has
-	// them, which only a state at level 2 gives.
-	resultLeaseSlots = 4
+	// resultLeaseExt (cluster level 2) is a lease result followed by the
+	// key's slots, how many are held and the checkpoint; written only for a
+	// result that has any of them, which only a state at level 2 gives.
+	resultLeaseExt = 4
 )
 
 // errOpWire is wrapped by every error decoding an op or a result.
@@ -312,7 +317,7 @@ func decodeOp(b []byte) (*leaderOp, error) {
 // apiCommand reports whether cmd is one a client's request can make.
 func apiCommand(cmd fsm.Command) bool {
 	switch cmd.(type) {
-	case *fsm.LeaseAcquire, *fsm.LeaseRenew, *fsm.LeaseRelease, *fsm.LeaseComplete,
+	case *fsm.LeaseAcquire, *fsm.LeaseRenew, *fsm.LeaseRelease, *fsm.LeaseComplete, *fsm.LeaseCheckpoint,
 		*fsm.QueueCreate, *fsm.JobEnqueue, *fsm.JobClaim, *fsm.JobAck, *fsm.JobRelease, *fsm.JobRenew, *fsm.JobRetry:
 		return true
 	}
@@ -329,7 +334,7 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 	room := opFixedRoom
 	switch {
 	case r.lease != nil:
-		room += len(r.lease.Result)
+		room += len(r.lease.Result) + len(r.lease.Checkpoint)
 	case r.queue != nil && r.queue.Job != nil:
 		room += opFixedRoom + len(r.queue.Job.Key) + len(r.queue.Job.Payload)
 	}
@@ -348,8 +353,9 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 		e.Blob(body)
 	case r.lease != nil:
 		l := r.lease
-		if l.Slots > 0 {
-			e.Byte(resultLeaseSlots)
+		ext := l.Slots > 0 || l.CheckpointAt != 0
+		if ext {
+			e.Byte(resultLeaseExt)
 		} else {
 			e.Byte(resultLease)
 		}
@@ -363,9 +369,12 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 		if l.Outcome == fsm.LeaseLimitReached {
 			e.Varint(l.Limit) // only with the outcome that has one, so other results keep their bytes
 		}
-		if l.Slots > 0 {
+		if ext {
 			e.Uvarint(uint64(l.Slots))
 			e.Uvarint(uint64(l.Held))
+			e.Blob(l.Checkpoint)
+			e.Uvarint(l.CheckpointFence)
+			e.Varint(l.CheckpointAt)
 		}
 	case r.queue != nil:
 		q := r.queue
@@ -416,7 +425,7 @@ func decodeResult(b []byte) (opResult, error) {
 			d.Fail("invalid refusal")
 		}
 		r.refusal = ref
-	case resultLease, resultLeaseSlots:
+	case resultLease, resultLeaseExt:
 		l := &fsm.LeaseResult{Outcome: fsm.LeaseOutcome(d.Byte()), Now: d.Varint(), FencingToken: d.Uvarint()}
 		for _, p := range []*int64{&l.TTLSeconds, &l.LeaseExpiresAt, &l.AbsoluteExpiresAt, &l.RetryAfterSeconds, &l.CompletedAt} {
 			*p = d.Varint()
@@ -425,12 +434,16 @@ func decodeResult(b []byte) (opResult, error) {
 		if l.Outcome == fsm.LeaseLimitReached {
 			l.Limit = d.Varint()
 		}
-		if kind == resultLeaseSlots {
+		if kind == resultLeaseExt {
 			slots, held := d.Uvarint(), d.Uvarint()
-			if slots < 1 || slots > fsm.MaxSlots || held > slots {
+			if slots > fsm.MaxSlots || held > max(slots, 1) {
 				d.Fail("lease slots out of range")
 			}
 			l.Slots, l.Held = uint32(slots), uint32(held)
+			if l.Checkpoint = d.Blob(); len(l.Checkpoint) == 0 {
+				l.Checkpoint = nil
+			}
+			l.CheckpointFence, l.CheckpointAt = d.Uvarint(), d.Varint()
 		}
 		r.lease = l
 	case resultQueue:

@@ -24,15 +24,17 @@ type AcquireLeaseRequest struct {
 	Slots       *int64  `json:"slots,omitempty" jsonschema:"how many owners may hold the key at once, 1 to 1000, default 1; the key's first acquire in its 24-hour lifecycle fixes it, and an acquire naming another count gets status conflict"`
 }
 
-// LeaseOwnerRequest is an owner's renew, release or complete: the body of
-// POST /lease/renew, /lease/release and /lease/complete (result only for
-// complete, ttl_seconds only for renew).
+// LeaseOwnerRequest is an owner's renew, release, complete or checkpoint:
+// the body of POST /lease/renew, /lease/release, /lease/complete and
+// /lease/checkpoint (result only for complete, checkpoint only for
+// checkpoint, ttl_seconds only for renew).
 type LeaseOwnerRequest struct {
 	Namespace  *string         `json:"namespace,omitempty" jsonschema:"the namespace used to acquire"`
 	Key        *string         `json:"key" jsonschema:"the key used to acquire"`
 	OwnerToken *string         `json:"owner_token" jsonschema:"the secret owner token returned by acquire"`
 	TTLSeconds *int64          `json:"ttl_seconds,omitempty" jsonschema:"renew only: new lease length in seconds, 1 to 86400, default 60"`
 	Result     json.RawMessage `json:"result,omitempty" jsonschema:"complete only: JSON result to store, at most 32 KB after redaction"`
+	Checkpoint json.RawMessage `json:"checkpoint,omitempty" jsonschema:"checkpoint only: JSON progress to store, at most 32 KB after redaction; every later grant of the key in its lifecycle returns it"`
 }
 
 // LeaseAnswer is a lease operation's success: the state machine's result
@@ -117,10 +119,8 @@ func (s *Service) AcquireLease(ctx context.Context, in AcquireLeaseRequest) (Lea
 		return LeaseAnswer{}, bad
 	}
 	cmd := &fsm.LeaseAcquire{Lease: lease, Fingerprint: fp, Owner: secret.OwnerTokenHash(owner), Slots: slots}
-	if need, active := fsm.RequiredLevel(cmd), s.node.FSM().Level(); need > active {
-		// Checked here too, so that no leader of an older build is sent a
-		// format it cannot read.
-		return LeaseAnswer{}, ClusterError(&cluster.LevelError{Need: need, Active: active})
+	if bad := s.levelAllows(cmd); bad != nil {
+		return LeaseAnswer{}, bad
 	}
 	r, bad := s.leadLease(ctx, &leaderOp{cmd: cmd, ttl: in.TTLSeconds, wait: wait})
 	if bad != nil {
@@ -130,6 +130,16 @@ func (s *Service) AcquireLease(ctx context.Context, in AcquireLeaseRequest) (Lea
 		return LeaseAnswer{Result: r, OwnerToken: owner}, nil
 	}
 	return leaseAnswer(r)
+}
+
+// levelAllows refuses a command whose entry needs a cluster level above
+// the active one. The leader checks it too; checking on the node the client
+// called means no leader of an older build is sent a format it cannot read.
+func (s *Service) levelAllows(cmd fsm.Command) *Error {
+	if need, active := fsm.RequiredLevel(cmd), s.node.FSM().Level(); need > active {
+		return ClusterError(&cluster.LevelError{Need: need, Active: active})
+	}
+	return nil
 }
 
 // slotCount validates an acquire's slots (absent: one).
@@ -150,6 +160,7 @@ const (
 	opRenew leaseOp = iota
 	opRelease
 	opComplete
+	opCheckpoint
 )
 
 // RenewLease extends a lease its owner holds.
@@ -167,6 +178,11 @@ func (s *Service) CompleteLease(ctx context.Context, in LeaseOwnerRequest) (Leas
 	return s.ownerLease(ctx, opComplete, in)
 }
 
+// CheckpointLease stores the progress of a lease's owner.
+func (s *Service) CheckpointLease(ctx context.Context, in LeaseOwnerRequest) (LeaseAnswer, error) {
+	return s.ownerLease(ctx, opCheckpoint, in)
+}
+
 func (s *Service) ownerLease(ctx context.Context, op0 leaseOp, in LeaseOwnerRequest) (LeaseAnswer, error) {
 	lease, _, bad := leaseIdentity(in.Namespace, in.Key, nil)
 	if bad != nil {
@@ -181,6 +197,9 @@ func (s *Service) ownerLease(ctx context.Context, op0 leaseOp, in LeaseOwnerRequ
 		return leaseAnswer(&fsm.LeaseResult{Outcome: fsm.LeaseLost})
 	}
 	owner := secret.OwnerTokenHash(*in.OwnerToken)
+	if in.Checkpoint != nil && op0 != opCheckpoint {
+		return LeaseAnswer{}, Invalid("checkpoint", "is accepted only by checkpoint")
+	}
 	op := &leaderOp{}
 	switch op0 {
 	case opRenew:
@@ -197,11 +216,23 @@ func (s *Service) ownerLease(ctx context.Context, op0 leaseOp, in LeaseOwnerRequ
 		if in.TTLSeconds != nil {
 			return LeaseAnswer{}, Invalid("ttl_seconds", "is accepted only by acquire and renew")
 		}
-		result, bad := canonicalResult(in.Result)
+		result, bad := canonicalJSON("result", in.Result)
 		if bad != nil {
 			return LeaseAnswer{}, bad
 		}
 		op.cmd = &fsm.LeaseComplete{Lease: lease, Owner: owner, Result: result}
+	case opCheckpoint:
+		if in.TTLSeconds != nil || in.Result != nil {
+			return LeaseAnswer{}, Invalid("body", "of checkpoint takes only namespace, key, owner_token and checkpoint")
+		}
+		checkpoint, bad := canonicalJSON("checkpoint", in.Checkpoint)
+		if bad != nil {
+			return LeaseAnswer{}, bad
+		}
+		op.cmd = &fsm.LeaseCheckpoint{Lease: lease, Owner: owner, Checkpoint: checkpoint}
+		if bad := s.levelAllows(op.cmd); bad != nil {
+			return LeaseAnswer{}, bad
+		}
 	}
 	r, bad := s.leadLease(ctx, op)
 	if bad != nil {
@@ -210,15 +241,16 @@ func (s *Service) ownerLease(ctx context.Context, op0 leaseOp, in LeaseOwnerRequ
 	return leaseAnswer(r)
 }
 
-// canonicalResult redacts and canonicalises a completion result; its size
-// is judged by the leader against the replicated limit.
-func canonicalResult(raw json.RawMessage) ([]byte, *Error) {
+// canonicalJSON redacts and canonicalises a completion result or a
+// checkpoint (field names which); its size is judged by the leader against
+// the replicated limit.
+func canonicalJSON(field string, raw json.RawMessage) ([]byte, *Error) {
 	if raw == nil {
-		return nil, Invalid("result", "is required: any JSON value, at most 32 KB after redaction")
+		return nil, Invalid(field, "is required: any JSON value, at most 32 KB after redaction")
 	}
 	out, err := jsoncanon.CanonicalizeRedacted(raw)
 	if err != nil {
-		return nil, Invalid("result", "must be valid JSON: "+err.Error())
+		return nil, Invalid(field, "must be valid JSON: "+err.Error())
 	}
 	return out, nil
 }
@@ -242,7 +274,7 @@ func WithSlots(r *fsm.LeaseResult, body jsonenc.H) jsonenc.H {
 // success, or the error that states why not.
 func leaseAnswer(r *fsm.LeaseResult) (LeaseAnswer, error) {
 	switch r.Outcome {
-	case fsm.LeaseCompleted, fsm.LeaseRenewed, fsm.LeaseReleased:
+	case fsm.LeaseCompleted, fsm.LeaseRenewed, fsm.LeaseReleased, fsm.LeaseCheckpointed:
 		return LeaseAnswer{Result: r}, nil
 	case fsm.LeaseHeld:
 		msg := "Lease is held"
@@ -271,7 +303,7 @@ func leaseAnswer(r *fsm.LeaseResult) (LeaseAnswer, error) {
 		e.Field = "slots"
 		return LeaseAnswer{}, e
 	case fsm.LeaseSlotsRefused:
-		e := Fail(KindConflict, fmt.Sprintf("Results belong to single-slot leases and this key has %d slots: nothing was changed; release the slot instead", r.Slots), jsonenc.H{
+		e := Fail(KindConflict, fmt.Sprintf("Results and checkpoints belong to single-slot leases and this key has %d slots: nothing was changed", r.Slots), jsonenc.H{
 			"status": "conflict",
 			"slots":  r.Slots,
 		})

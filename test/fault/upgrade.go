@@ -631,13 +631,13 @@ func (nm *nemesis) probe(via *harness.Node) error {
 	if err := nm.fenceGrew("blocking acquire", w.Body.FencingToken); err != nil {
 		return err
 	}
+	if err := nm.probeSlots(via, tag, ns.Body.Namespace, k2, w.Body.OwnerToken); err != nil {
+		return err
+	}
 	if _, err := call("release", http.MethodPost, apiPrefix+"/lease/release", owned(k2, w.Body.OwnerToken, nil), "", 0, http.StatusOK); err != nil {
 		return err
 	}
 	if err := nm.probeQueue(call); err != nil {
-		return err
-	}
-	if err := nm.probeSlots(via, tag, ns.Body.Namespace); err != nil {
 		return err
 	}
 	settings := map[string]int64{"visibility_min_seconds": 1, "queue_max_jobs": 5000, "queues_per_client": 1000}
@@ -724,27 +724,44 @@ func (nm *nemesis) probeQueue(call probeCall) error {
 	return err
 }
 
-// probeSlots acquires a lease of three slots, a format of the build's
-// level: while a member runs the baseline it must be refused with nothing
-// written (503 naming the cluster level; a baseline node does not know
-// the field), and once every member runs the build it is granted.
-func (nm *nemesis) probeSlots(via *harness.Node, tag, ns string) error {
-	r := nm.r
-	body := map[string]any{"namespace": ns, "key": "probe-slots-" + tag, "slots": 3, "ttl_seconds": 30}
+// probeSlots sends the two writes of the build's level: an acquire of
+// three slots, and a checkpoint of a single-slot lease the probe holds
+// (owner). While a member runs the baseline each must be refused with
+// nothing written (503 naming the cluster level; a baseline node knows
+// neither the field nor the route), and once every member runs the build
+// each succeeds.
+func (nm *nemesis) probeSlots(via *harness.Node, tag, ns, key, owner string) error {
 	mixed := len(nm.onBaseline()) > 0
+	err := nm.probeLevelWrite(via, mixed, "acquire of three slots", "/lease", http.StatusCreated, http.StatusBadRequest,
+		map[string]any{"namespace": ns, "key": "probe-slots-" + tag, "slots": 3, "ttl_seconds": 30})
+	if err != nil {
+		return err
+	}
+	return nm.probeLevelWrite(via, mixed, "checkpoint", "/lease/checkpoint", http.StatusOK, http.StatusNotFound,
+		map[string]any{"namespace": ns, "key": key, "owner_token": owner, "checkpoint": map[string]any{"probe": tag}})
+}
+
+// probeLevelWrite sends one write of the build's level through via: ok
+// is its status once every member runs the build; in mixed versions it
+// must be refused, 503 naming the cluster level, or onBaseline from a
+// baseline node.
+func (nm *nemesis) probeLevelWrite(via *harness.Node, mixed bool, what, path string, ok, onBaseline int, body map[string]any) error {
+	r := nm.r
 	return poll(context.Background(), 20*time.Second, 250*time.Millisecond, func() error {
-		a := r.client.DoWaiting(context.Background(), 0, via.HTTPAddr, http.MethodPost, apiPrefix+"/lease", body, "")
+		a := r.client.DoWaiting(context.Background(), 0, via.HTTPAddr, http.MethodPost, apiPrefix+path, body, "")
 		switch {
-		case !mixed && a.Status == http.StatusCreated:
-			return nm.fenceGrew("acquire of three slots", a.Body.FencingToken)
+		case !mixed && a.Status == ok && ok == http.StatusCreated:
+			return nm.fenceGrew(what, a.Body.FencingToken)
+		case !mixed && a.Status == ok:
+			return nil
 		case mixed && a.Status == http.StatusServiceUnavailable && strings.Contains(a.Body.Error, "cluster level"):
 			return nil
-		case mixed && via.Binary != "" && a.Status == http.StatusBadRequest && strings.Contains(a.Body.Error, "slots"):
+		case mixed && via.Binary != "" && a.Status == onBaseline:
 			return nil
 		case a.Classify() == NotApplied:
-			return fmt.Errorf("acquire of three slots: not applied: HTTP %d %.200s %v", a.Status, a.Raw, a.Err)
+			return fmt.Errorf("%s: not applied: HTTP %d %.200s %v", what, a.Status, a.Raw, a.Err)
 		}
-		return fmt.Errorf("%w: acquire of three slots (mixed versions %v): HTTP %d: %.300s %v", harness.ErrPermanent, mixed, a.Status, a.Raw, a.Err)
+		return fmt.Errorf("%w: %s (mixed versions %v): HTTP %d: %.300s %v", harness.ErrPermanent, what, mixed, a.Status, a.Raw, a.Err)
 	})
 }
 
