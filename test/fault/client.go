@@ -81,6 +81,8 @@ type APIBody struct {
 	Result                     json.RawMessage `json:"result"`
 	RetryAfterSeconds          int64           `json:"retry_after_seconds"`
 	Slots                      int64           `json:"slots"`
+	Checkpoint                 json.RawMessage `json:"checkpoint"`
+	CheckpointFencingToken     int64           `json:"checkpoint_fencing_token"`
 	Held                       int64           `json:"held"`
 
 	QueueID      string     `json:"queue_id"`

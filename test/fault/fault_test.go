@@ -48,6 +48,10 @@ func plantedBugs() []Scenario {
 		// An acquire of a multi-slot key is granted one slot more than the
 		// key has.
 		bug("holdfast_bug_slot_overgrant", WorkloadSlotsCheckpoint, NemesisNone, 25*time.Second, "overgrants, answers counting more holders than slots"),
+		// A checkpoint is stored from an owner token that no longer holds
+		// the key: a stalled or released holder overwrites its successor's
+		// progress.
+		bug("holdfast_bug_lost_checkpoint", WorkloadSlotsCheckpoint, NemesisNone, 25*time.Second, "Porcupine, stale owners accepted, checkpoints answered with another owner's fence"),
 	}
 }
 

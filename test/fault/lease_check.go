@@ -55,17 +55,33 @@ type LeaseReport struct {
 	// saw the released owner holding.
 	LostRelease int
 
+	// Checkpoints is the number of acknowledged checkpoint writes, and
+	// CheckpointsSeen the grants that returned a checkpoint.
+	Checkpoints, CheckpointsSeen int
+	// LostCheckpoint counts grants invoked after an acknowledged checkpoint
+	// that returned no checkpoint, or one whose write certainly came before
+	// the acknowledged one.
+	LostCheckpoint int
+	// RefusedCheckpointSeen counts grants that returned a checkpoint whose
+	// write was refused (409 lost) or certainly not applied, or that nobody
+	// wrote; CheckpointFence grants whose checkpoint fence is not the
+	// writer's, and checkpoint acknowledgements naming another fence than
+	// the writer's grant.
+	RefusedCheckpointSeen, CheckpointFence int
+
 	// Examples describe the first violations of each kind.
 	Examples []string
 }
 
 // FencingViolations sums the fencing checks.
 func (r *LeaseReport) FencingViolations() int {
-	return r.FenceOrder + r.DuplicateFence + r.StaleOwnerAccepted + r.OverlappingGrant
+	return r.FenceOrder + r.DuplicateFence + r.StaleOwnerAccepted + r.OverlappingGrant + r.RefusedCheckpointSeen + r.CheckpointFence
 }
 
 // Lost sums the lost-acknowledgement checks.
-func (r *LeaseReport) Lost() int { return r.LostCompletion + r.LostRenewal + r.LostRelease }
+func (r *LeaseReport) Lost() int {
+	return r.LostCompletion + r.LostRenewal + r.LostRelease + r.LostCheckpoint
+}
 
 func (r *LeaseReport) example(kind string, count int, format string, args ...any) {
 	if count <= 3 {
@@ -75,7 +91,7 @@ func (r *LeaseReport) example(kind string, count int, format string, args ...any
 
 func isLeaseF(f string) bool {
 	switch f {
-	case fAcquire, fRenew, fRelease, fComplete, fFinalAcquire:
+	case fAcquire, fRenew, fRelease, fComplete, fCheckpoint, fFinalAcquire:
 		return true
 	}
 	return false
@@ -173,6 +189,7 @@ func CheckLeases(all []Op, tol, timeout time.Duration) *LeaseReport {
 	for _, k := range keys {
 		rep.checkKey(k, byKey[k], t)
 	}
+	rep.checkCheckpoints(all)
 
 	rep.Verdict = rep.linearizable(ops, timeout)
 	return rep
@@ -226,7 +243,8 @@ func (rep *LeaseReport) checkKey(key string, ops []Op, tol int64) {
 			continue
 		}
 		switch {
-		case (o.F == fRenew && out.Status == stRenewed) || (o.F == fRelease && out.Status == stReleased) || (o.F == fComplete && out.Status == stCompleted):
+		case (o.F == fRenew && out.Status == stRenewed) || (o.F == fRelease && out.Status == stReleased) || (o.F == fComplete && out.Status == stCompleted) ||
+			(o.F == fCheckpoint && out.Status == stCheckpointed):
 			if g, found := maxFenceBefore(o.Call); found && g.fence > in.OwnerFence && g.owner != in.Owner {
 				rep.StaleOwnerAccepted++
 				rep.example("stale owner accepted", rep.StaleOwnerAccepted, "%s by %s (fence %d) on %s (#%d) succeeded after fence %d was granted to %s (#%d)",
@@ -292,6 +310,87 @@ func (rep *LeaseReport) checkKey(key string, ops []Op, tol int64) {
 			}
 		}
 	}
+}
+
+// checkCheckpoints checks what grants return against the checkpoint
+// writes (values are unique per write): never a value whose write was
+// refused or certainly not applied, always with its writer's fence, and
+// never an older value (or none) once a checkpoint write had been
+// acknowledged before the grant was invoked.
+func (rep *LeaseReport) checkCheckpoints(all []Op) {
+	writes := map[string]Op{}  // value -> its write
+	acked := map[string][]Op{} // key -> acknowledged writes
+	var grants []Op
+	for _, o := range all {
+		switch o.F {
+		case fCheckpoint:
+			in := o.Input.(LeaseInput)
+			writes[o.Key+"\x00"+in.Checkpoint] = o
+			out, ok := outputOf(o)
+			if !ok || out.Status != stCheckpointed {
+				continue
+			}
+			rep.Checkpoints++
+			acked[o.Key] = append(acked[o.Key], o)
+			if out.Fence != in.OwnerFence {
+				rep.CheckpointFence++
+				rep.example("checkpoint fence", rep.CheckpointFence, "checkpoint %s by %s (fence %d) on %s (#%d) acknowledged with fence %d",
+					in.Checkpoint, in.Owner, in.OwnerFence, o.Key, o.index, out.Fence)
+			}
+		case fAcquire, fFinalAcquire:
+			if out, ok := outputOf(o); ok && out.Status == stGranted {
+				grants = append(grants, o)
+			}
+		}
+	}
+	for _, g := range grants {
+		out := g.Output.(LeaseOutput)
+		var w Op
+		found := false
+		if out.Checkpoint != "" {
+			rep.CheckpointsSeen++
+			w, found = writes[g.Key+"\x00"+out.Checkpoint]
+			var wout LeaseOutput
+			if found {
+				wout, _ = outputOf(w)
+			}
+			switch {
+			case !found || w.Type == Fail || (w.Type == OK && wout.Status != stCheckpointed) || w.Call > g.Ret:
+				rep.RefusedCheckpointSeen++
+				rep.example("refused checkpoint seen", rep.RefusedCheckpointSeen, "grant on %s (#%d) returned checkpoint %s, whose write could not have taken effect (%s)",
+					g.Key, g.index, out.Checkpoint, describeWrite(w, found))
+			case out.CheckpointFence != w.Input.(LeaseInput).OwnerFence:
+				rep.CheckpointFence++
+				rep.example("checkpoint fence", rep.CheckpointFence, "grant on %s (#%d) returned checkpoint %s with fence %d, written by fence %d (#%d)",
+					g.Key, g.index, out.Checkpoint, out.CheckpointFence, w.Input.(LeaseInput).OwnerFence, w.index)
+			}
+		}
+		for _, a := range acked[g.Key] {
+			if a.Ret >= g.Call || (found && w.index == a.index) {
+				continue
+			}
+			if !found || w.Ret < a.Call {
+				rep.LostCheckpoint++
+				rep.example("lost checkpoint", rep.LostCheckpoint, "checkpoint %s on %s (#%d) was acknowledged before a grant (#%d) that returned %q",
+					a.Input.(LeaseInput).Checkpoint, g.Key, a.index, g.index, out.Checkpoint)
+				break
+			}
+		}
+	}
+}
+
+func describeWrite(w Op, found bool) string {
+	switch {
+	case !found:
+		return "nobody wrote it"
+	case w.Type == Fail:
+		return fmt.Sprintf("#%d certainly not applied: %s", w.index, w.Err)
+	case w.Call > 0 && w.Type == OK:
+		if out, _ := outputOf(w); out.Status != stCheckpointed {
+			return fmt.Sprintf("#%d answered %s", w.index, out.Status)
+		}
+	}
+	return fmt.Sprintf("#%d invoked after the grant returned", w.index)
 }
 
 // linearizable runs porcupine over the lease operations.

@@ -25,10 +25,16 @@ import (
 //	  held, not expired    -> 409 held, reporting the holder's fence and expiry
 //	  free, or expired     -> 201 granted: new owner, a fence higher than the
 //	                          record's last, expiry = now + ttl
-//	renew/release/complete by owner o:
+//	renew/release/complete/checkpoint by owner o:
 //	  held by o, not expired -> renewed (same fence, expiry = now + ttl) /
-//	                            released (free) / completed (result stored)
+//	                            released (free) / completed (result stored,
+//	                            checkpoint dropped) / checkpointed (value
+//	                            stored with o's fence)
 //	  anything else          -> 409 lost, nothing changes
+//
+// The record also keeps the last stored checkpoint, with the fence of the
+// holder that wrote it: a grant returns exactly that (none if never
+// written), and a release, an expiry or a new grant keep it.
 //
 // Time. "now" of an operation is the state machine's clock when it applied
 // the operation. The leader stamps it from its wall clock while handling
@@ -67,6 +73,7 @@ const (
 	fRenew        = "renew"
 	fRelease      = "release"
 	fComplete     = "complete"
+	fCheckpoint   = "checkpoint"
 	fFinalAcquire = "final-acquire"
 )
 
@@ -79,6 +86,8 @@ const (
 	stRenewed   = "renewed"
 	stReleased  = "released"
 	stConflict  = "conflict"
+	// stCheckpointed is a checkpoint's success.
+	stCheckpointed = "checkpointed"
 )
 
 // LeaseInput is what a lease operation asked for.
@@ -96,6 +105,8 @@ type LeaseInput struct {
 	Wait int64 `json:"wait_s,omitempty"`
 	// Result is the canonical JSON result of a complete.
 	Result string `json:"result,omitempty"`
+	// Checkpoint is the canonical JSON value of a checkpoint.
+	Checkpoint string `json:"checkpoint,omitempty"`
 	// Call and Ret are filled from the history for the model.
 	Call int64 `json:"-"`
 	Ret  int64 `json:"-"`
@@ -110,6 +121,10 @@ type LeaseOutput struct {
 	// ExpTs is lease_expires_at_timestamp (granted, renewed, held).
 	ExpTs  int64  `json:"exp_ts,omitempty"`
 	Result string `json:"result,omitempty"`
+	// Checkpoint is the checkpoint a grant returned (canonical JSON, ""
+	// for none) and CheckpointFence the fence of its writer.
+	Checkpoint      string `json:"checkpoint,omitempty"`
+	CheckpointFence int64  `json:"checkpoint_fence,omitempty"`
 }
 
 type leaseStatus uint8
@@ -132,6 +147,22 @@ type LeaseState struct {
 	// ExpLo and ExpHi bound the held lease's expiry (wall-clock ns).
 	ExpLo, ExpHi int64
 	Result       string
+	// Checkpoint is the last stored checkpoint ("" for none) and
+	// CheckpointFence the fence of the holder that stored it.
+	Checkpoint      string
+	CheckpointFence int64
+}
+
+// free is the record after its holder released it: the fence and the
+// checkpoint stay.
+func (s LeaseState) free() LeaseState {
+	return LeaseState{Status: lsFree, Fence: s.Fence, FenceExact: s.FenceExact, Checkpoint: s.Checkpoint, CheckpointFence: s.CheckpointFence}
+}
+
+// checkpointed is s with value stored by its holder.
+func (s LeaseState) checkpointed(value string) LeaseState {
+	s.Checkpoint, s.CheckpointFence = value, s.Fence
+	return s
 }
 
 func satAdd(a, b int64) int64 {
@@ -184,10 +215,16 @@ func leaseModel(tol time.Duration) porcupine.Model {
 				if out.ExpTs != 0 {
 					res += fmt.Sprintf(" exp=%d", out.ExpTs)
 				}
+				if out.Checkpoint != "" {
+					res += fmt.Sprintf(" checkpoint=%s/%d", out.Checkpoint, out.CheckpointFence)
+				}
 			}
 			arg := ""
 			if in.Owner != "" {
 				arg = fmt.Sprintf("%s/%d", in.Owner, in.OwnerFence)
+			}
+			if in.Checkpoint != "" {
+				arg += " " + in.Checkpoint
 			}
 			return fmt.Sprintf("%s(%s) -> %s", in.Kind, arg, res)
 		},
@@ -197,17 +234,21 @@ func leaseModel(tol time.Duration) porcupine.Model {
 			if !s.FenceExact {
 				fence = ">=" + fence
 			}
+			cp := ""
+			if s.Checkpoint != "" {
+				cp = fmt.Sprintf(", checkpoint %s by fence %d", s.Checkpoint, s.CheckpointFence)
+			}
 			switch s.Status {
 			case lsHeld:
 				hi := "inf"
 				if s.ExpHi != math.MaxInt64 {
 					hi = fmt.Sprintf("%.3f", float64(s.ExpHi%1e11)/1e9)
 				}
-				return fmt.Sprintf("held by %q fence %s exp [%.3f, %s] (s mod 100)", s.Owner, fence, float64(s.ExpLo%1e11)/1e9, hi)
+				return fmt.Sprintf("held by %q fence %s exp [%.3f, %s] (s mod 100)%s", s.Owner, fence, float64(s.ExpLo%1e11)/1e9, hi, cp)
 			case lsCompleted:
 				return fmt.Sprintf("completed fence %s result %s", fence, s.Result)
 			}
-			return "free, last fence " + fence
+			return "free, last fence " + fence + cp
 		},
 		DescribeOperationMetadata: func(info interface{}) string {
 			md := info.(leaseMeta)
@@ -313,15 +354,19 @@ func (m leaseStepper) step(s LeaseState, in LeaseInput, out *LeaseOutput) []inte
 				return nil
 			case out.Fence <= s.Fence:
 				return nil
+			case out.Checkpoint != s.Checkpoint || out.CheckpointFence != s.CheckpointFence:
+				// A grant returns exactly the last stored checkpoint.
+				return nil
 			}
 			lo, hi, ok := m.expiryBounds(in, in.TTL, out.ExpTs)
 			if !ok {
 				return nil
 			}
-			return []interface{}{LeaseState{Status: lsHeld, Owner: out.Owner, Fence: out.Fence, FenceExact: true, ExpLo: lo, ExpHi: hi}}
+			return []interface{}{LeaseState{Status: lsHeld, Owner: out.Owner, Fence: out.Fence, FenceExact: true, ExpLo: lo, ExpHi: hi,
+				Checkpoint: s.Checkpoint, CheckpointFence: s.CheckpointFence}}
 		}
 		return nil
-	case fRenew, fRelease, fComplete:
+	case fRenew, fRelease, fComplete, fCheckpoint:
 		if out.Status == stLost {
 			if !heldByCaller || m.canBeExpired(in, s) {
 				return []interface{}{s}
@@ -344,7 +389,9 @@ func (m leaseStepper) step(s LeaseState, in LeaseInput, out *LeaseOutput) []inte
 			ns.ExpLo, ns.ExpHi = lo, hi
 			return []interface{}{ns}
 		case in.Kind == fRelease && out.Status == stReleased:
-			return []interface{}{LeaseState{Status: lsFree, Fence: ns.Fence, FenceExact: ns.FenceExact}}
+			return []interface{}{ns.free()}
+		case in.Kind == fCheckpoint && out.Status == stCheckpointed:
+			return []interface{}{ns.checkpointed(in.Checkpoint)}
 		case in.Kind == fComplete && out.Status == stCompleted:
 			if out.Result != in.Result {
 				return nil
@@ -366,7 +413,7 @@ func (m leaseStepper) stepUnknown(s LeaseState, in LeaseInput) []interface{} {
 	case fAcquire, fFinalAcquire:
 		if s.Status == lsFree || (s.Status == lsHeld && m.canBeExpired(in, s)) {
 			out = append(out, LeaseState{Status: lsHeld, Fence: s.Fence + 1, FenceExact: false,
-				ExpLo: satAdd(in.Call, in.TTL), ExpHi: math.MaxInt64})
+				ExpLo: satAdd(in.Call, in.TTL), ExpHi: math.MaxInt64, Checkpoint: s.Checkpoint, CheckpointFence: s.CheckpointFence})
 		}
 	case fRenew:
 		if heldByCaller && m.canBeUnexpired(in, s) {
@@ -376,7 +423,11 @@ func (m leaseStepper) stepUnknown(s LeaseState, in LeaseInput) []interface{} {
 		}
 	case fRelease:
 		if heldByCaller && m.canBeUnexpired(in, s) {
-			out = append(out, LeaseState{Status: lsFree, Fence: s.Fence, FenceExact: s.FenceExact})
+			out = append(out, s.free())
+		}
+	case fCheckpoint:
+		if heldByCaller && m.canBeUnexpired(in, s) {
+			out = append(out, s.checkpointed(in.Checkpoint))
 		}
 	case fComplete:
 		if heldByCaller && m.canBeUnexpired(in, s) {

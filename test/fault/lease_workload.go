@@ -116,7 +116,8 @@ func leaseOutcome(f string, a Answer) (LeaseOutput, bool) {
 	acquire := f == fAcquire || f == fFinalAcquire
 	switch {
 	case acquire && a.Status == http.StatusCreated && b.Status == "held" && b.OwnerToken != "":
-		return LeaseOutput{Status: stGranted, Owner: shortToken(b.OwnerToken), Fence: b.FencingToken, ExpTs: b.LeaseExpiresAtTimestamp}, true
+		return LeaseOutput{Status: stGranted, Owner: shortToken(b.OwnerToken), Fence: b.FencingToken, ExpTs: b.LeaseExpiresAtTimestamp,
+			Checkpoint: canonicalJSON(b.Checkpoint), CheckpointFence: b.CheckpointFencingToken}, true
 	case (acquire || f == fComplete) && a.Status == http.StatusOK && b.Status == "completed":
 		return LeaseOutput{Status: stCompleted, Fence: b.FencingToken, Result: canonicalJSON(b.Result)}, true
 	case acquire && a.Status == http.StatusConflict && b.Status == "held":
@@ -129,6 +130,8 @@ func leaseOutcome(f string, a Answer) (LeaseOutput, bool) {
 		return LeaseOutput{Status: stRenewed, Fence: b.FencingToken, ExpTs: b.LeaseExpiresAtTimestamp}, true
 	case f == fRelease && a.Status == http.StatusOK && b.Status == "released":
 		return LeaseOutput{Status: stReleased, Fence: b.FencingToken}, true
+	case f == fCheckpoint && a.Status == http.StatusOK && b.Status == "checkpointed":
+		return LeaseOutput{Status: stCheckpointed, Fence: b.FencingToken}, true
 	}
 	return LeaseOutput{}, false
 }
@@ -168,6 +171,8 @@ func (w *leaseWorkload) acquire(proc int, node *harness.Node, key, f string, wai
 	return w.call(proc, node, key, in, body, "/lease")
 }
 
+// ownerOp is a renew, release, complete (with result) or checkpoint (with
+// result as the checkpoint) by the owner of token.
 func (w *leaseWorkload) ownerOp(proc int, node *harness.Node, key, f, token string, fence int64, result string) leaseCall {
 	in := LeaseInput{Kind: f, Owner: shortToken(token), OwnerFence: fence}
 	body := map[string]any{"namespace": w.ns, "key": key, "owner_token": token}
@@ -179,6 +184,9 @@ func (w *leaseWorkload) ownerOp(proc int, node *harness.Node, key, f, token stri
 	case fComplete:
 		in.Result = result
 		body["result"] = json.RawMessage(result)
+	case fCheckpoint:
+		in.Checkpoint = canonicalJSON([]byte(result))
+		body["checkpoint"] = json.RawMessage(result)
 	}
 	return w.call(proc, node, key, in, body, path)
 }
@@ -326,6 +334,10 @@ func (w *leaseWorkload) check(res *Result) {
 	res.Lost = rep.Lost()
 	res.Details = append(res.Details, fmt.Sprintf("lease: %d grants; fence order %d, duplicate fence %d, stale owner accepted %d, overlapping grants %d; lost completions %d, renewals %d, releases %d",
 		rep.Grants, rep.FenceOrder, rep.DuplicateFence, rep.StaleOwnerAccepted, rep.OverlappingGrant, rep.LostCompletion, rep.LostRenewal, rep.LostRelease))
+	if rep.Checkpoints+rep.CheckpointsSeen > 0 {
+		res.Details = append(res.Details, fmt.Sprintf("checkpoints: %d acknowledged, %d grants returned one; lost %d, refused or unwritten seen %d, wrong fence %d",
+			rep.Checkpoints, rep.CheckpointsSeen, rep.LostCheckpoint, rep.RefusedCheckpointSeen, rep.CheckpointFence))
+	}
 	res.Details = append(res.Details, rep.Examples...)
 	if rep.Verdict == VerdictInvalid {
 		res.Violations++

@@ -697,7 +697,7 @@ func (res *Result) Row() string {
 // isWrite reports whether f changes state.
 func isWrite(f string) bool {
 	switch f {
-	case fAcquire, fRenew, fRelease, fComplete, fEnqueue, fClaim, fAck, fJobRelease, fJobRenew, fSlotAcquire, fSlotRenew, fSlotRelease:
+	case fAcquire, fRenew, fRelease, fComplete, fCheckpoint, fEnqueue, fClaim, fAck, fJobRelease, fJobRenew, fSlotAcquire, fSlotRenew, fSlotRelease:
 		return true
 	}
 	return false

@@ -241,7 +241,7 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 	case WorkloadLeaseQueue:
 		w = bothWorkloads{newLeaseWorkload(r, nil), newQueueWorkload(r)}
 	case WorkloadSlotsCheckpoint:
-		w = bothWorkloads{newSlotsWorkload(r)}
+		w = bothWorkloads{newSlotsWorkload(r), newCheckpointWorkload(r)}
 	default:
 		t.Fatalf("unknown workload %q", sc.Workload)
 	}
