@@ -28,14 +28,14 @@ func TestCheckpointOutlivesItsHolder(t *testing.T) {
 	}
 	h.advance(time.Second)
 	r := h.checkpoint("job", "a", `{"step":1}`)
-	if r.Outcome != LeaseCheckpointed || r.FencingToken != g.FencingToken || r.CheckpointFence != g.FencingToken || r.CheckpointAt != h.now {
+	if r.Outcome != LeaseCheckpointed || r.FencingToken != g.FencingToken || r.Checkpoint.Fence != g.FencingToken || r.Checkpoint.At != h.now {
 		t.Fatalf("checkpoint by the holder: %+v", *r)
 	}
 	at := h.now
 	// a's lease ends; b acquires and gets a's progress.
 	h.now = t0 + 11*sec
 	g2 := h.acquire("job", "", "b", 10)
-	if g2.Outcome != LeaseGranted || !bytes.Equal(g2.Checkpoint, []byte(`{"step":1}`)) || g2.CheckpointFence != g.FencingToken || g2.CheckpointAt != at {
+	if g2.Outcome != LeaseGranted || g2.Checkpoint == nil || !bytes.Equal(g2.Checkpoint.Value, []byte(`{"step":1}`)) || g2.Checkpoint.Fence != g.FencingToken || g2.Checkpoint.At != at {
 		t.Fatalf("the next grant: %+v", *g2)
 	}
 	// a wakes up and writes with its old owner token: refused, unchanged.
@@ -49,7 +49,7 @@ func TestCheckpointOutlivesItsHolder(t *testing.T) {
 	h.checkpoint("job", "b", `{"step":2}`)
 	h.release("job", "b")
 	g3 := h.acquire("job", "", "c", 10)
-	if !bytes.Equal(g3.Checkpoint, []byte(`{"step":2}`)) || g3.CheckpointFence != g2.FencingToken {
+	if g3.Checkpoint == nil || !bytes.Equal(g3.Checkpoint.Value, []byte(`{"step":2}`)) || g3.Checkpoint.Fence != g2.FencingToken {
 		t.Fatalf("after a release: %+v", *g3)
 	}
 	// It survives a snapshot.

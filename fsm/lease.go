@@ -43,8 +43,8 @@ func (s *state) leaseResult(o LeaseOutcome, l *lease) LeaseResult {
 		r.CompletedAt = l.completedAt
 		r.Result = l.result
 	}
-	if cp := l.checkpoint; o == LeaseGranted && cp != nil {
-		r.Checkpoint, r.CheckpointFence, r.CheckpointAt = cp.value, cp.fence, cp.at
+	if o == LeaseGranted {
+		r.Checkpoint = l.checkpoint
 	}
 	return r
 }
@@ -193,9 +193,9 @@ func (s *state) applyLeaseCheckpoint(c *LeaseCheckpoint) LeaseResult {
 		return LeaseResult{Outcome: LeaseLost, Now: s.clock}
 	}
 	l = s.mutLease(holder)
-	l.checkpoint = &storedCheckpoint{value: c.Checkpoint, fence: l.fencing, at: s.clock}
+	l.checkpoint = &Checkpoint{Value: c.Checkpoint, Fence: l.fencing, At: s.clock}
 	r := s.leaseResult(LeaseCheckpointed, l)
-	r.CheckpointFence, r.CheckpointAt = l.checkpoint.fence, l.checkpoint.at
+	r.Checkpoint = &Checkpoint{Fence: l.fencing, At: s.clock}
 	return r
 }
 

@@ -73,12 +73,18 @@ type LeaseResult struct {
 	// for a key with more than one slot (and Slots for LeaseSlotsConflict);
 	// both are 0 for a single-slot key.
 	Slots, Held uint32
-	// Checkpoint is the key's last stored checkpoint (canonical JSON), for
-	// a grant; CheckpointFence is the fencing token of the holder that
-	// wrote it and CheckpointAt when (also set for LeaseCheckpointed).
-	Checkpoint      []byte
-	CheckpointFence uint64
-	CheckpointAt    int64
+	// Checkpoint is the key's last stored checkpoint, for a grant; for
+	// LeaseCheckpointed, the one stored, without its Value. Never changed
+	// once made.
+	Checkpoint *Checkpoint
+}
+
+// Checkpoint is a lease's stored progress: canonical JSON, the fencing
+// token of the holder that wrote it, and when (Unix milliseconds).
+type Checkpoint struct {
+	Value []byte
+	Fence uint64
+	At    int64
 }
 
 // QueueOutcome is the business outcome of a queue command.

@@ -168,9 +168,9 @@ func (l *lease) encode(e *wire.Encoder, version uint64) {
 		}
 		e.Bool(l.checkpoint != nil)
 		if cp := l.checkpoint; cp != nil {
-			e.Blob(cp.value)
-			e.Uvarint(cp.fence)
-			e.Varint(cp.at)
+			e.Blob(cp.Value)
+			e.Uvarint(cp.Fence)
+			e.Varint(cp.At)
 		}
 	}
 }
@@ -195,7 +195,7 @@ func (l *lease) decode(d *wire.Decoder, version uint64) {
 			l.set = decodeSlotSet(d, uint32(n))
 		}
 		if d.Bool() {
-			l.checkpoint = &storedCheckpoint{value: d.Blob(), fence: d.Uvarint(), at: d.Varint()}
+			l.checkpoint = &Checkpoint{Value: d.Blob(), Fence: d.Uvarint(), At: d.Varint()}
 		}
 	}
 }

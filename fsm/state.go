@@ -36,16 +36,9 @@ type lease struct {
 	// owner is in the fields above.
 	set *slotSet
 	// checkpoint is the last progress a holder stored; nil for none. It is
-	// replaced whole, never changed, so records of two epochs may share it.
-	checkpoint *storedCheckpoint
-}
-
-// storedCheckpoint is a lease's last checkpoint: canonical JSON, the
-// fencing token of the holder that wrote it, and when.
-type storedCheckpoint struct {
-	value []byte
-	fence uint64
-	at    int64
+	// replaced whole, never changed, so records of two epochs (and results)
+	// may share it.
+	checkpoint *Checkpoint
 }
 
 type queue struct {

@@ -94,19 +94,22 @@ func leaseReply(a service.LeaseAnswer, err error) reply {
 	case fsm.LeaseGranted:
 		body := heldBody(r)
 		body["owner_token"] = a.OwnerToken
-		if r.Checkpoint != nil {
-			body["checkpoint"] = jsonenc.Stored(r.Checkpoint)
-			body["checkpoint_fencing_token"] = r.CheckpointFence
-			body["checkpoint_at_timestamp"] = service.UnixSeconds(r.CheckpointAt)
-			body["checkpoint_at"] = service.RFC3339(r.CheckpointAt)
+		if cp := r.Checkpoint; cp != nil {
+			body["checkpoint"] = jsonenc.Stored(cp.Value)
+			body["checkpoint_fencing_token"] = cp.Fence
+			body["checkpoint_at_timestamp"] = service.UnixSeconds(cp.At)
+			body["checkpoint_at"] = service.RFC3339(cp.At)
 		}
 		return okReply(http.StatusCreated, body)
 	case fsm.LeaseCheckpointed:
+		if r.Checkpoint == nil {
+			break
+		}
 		return okReply(http.StatusOK, jsonenc.H{
 			"status":                  "checkpointed",
 			"fencing_token":           r.FencingToken,
-			"checkpoint_at_timestamp": service.UnixSeconds(r.CheckpointAt),
-			"checkpoint_at":           service.RFC3339(r.CheckpointAt),
+			"checkpoint_at_timestamp": service.UnixSeconds(r.Checkpoint.At),
+			"checkpoint_at":           service.RFC3339(r.Checkpoint.At),
 		})
 	case fsm.LeaseCompleted:
 		return okReply(http.StatusOK, jsonenc.H{

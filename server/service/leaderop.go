@@ -334,7 +334,10 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 	room := opFixedRoom
 	switch {
 	case r.lease != nil:
-		room += len(r.lease.Result) + len(r.lease.Checkpoint)
+		room += len(r.lease.Result)
+		if cp := r.lease.Checkpoint; cp != nil {
+			room += len(cp.Value)
+		}
 	case r.queue != nil && r.queue.Job != nil:
 		room += opFixedRoom + len(r.queue.Job.Key) + len(r.queue.Job.Payload)
 	}
@@ -353,7 +356,7 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 		e.Blob(body)
 	case r.lease != nil:
 		l := r.lease
-		ext := l.Slots > 0 || l.CheckpointAt != 0
+		ext := l.Slots > 0 || l.Checkpoint != nil
 		if ext {
 			e.Byte(resultLeaseExt)
 		} else {
@@ -372,9 +375,12 @@ func (r opResult) encode(buf []byte) ([]byte, error) {
 		if ext {
 			e.Uvarint(uint64(l.Slots))
 			e.Uvarint(uint64(l.Held))
-			e.Blob(l.Checkpoint)
-			e.Uvarint(l.CheckpointFence)
-			e.Varint(l.CheckpointAt)
+			e.Bool(l.Checkpoint != nil)
+			if cp := l.Checkpoint; cp != nil {
+				e.Blob(cp.Value)
+				e.Uvarint(cp.Fence)
+				e.Varint(cp.At)
+			}
 		}
 	case r.queue != nil:
 		q := r.queue
@@ -440,10 +446,9 @@ func decodeResult(b []byte) (opResult, error) {
 				d.Fail("lease slots out of range")
 			}
 			l.Slots, l.Held = uint32(slots), uint32(held)
-			if l.Checkpoint = d.Blob(); len(l.Checkpoint) == 0 {
-				l.Checkpoint = nil
+			if d.Bool() {
+				l.Checkpoint = &fsm.Checkpoint{Value: d.Blob(), Fence: d.Uvarint(), At: d.Varint()}
 			}
-			l.CheckpointFence, l.CheckpointAt = d.Uvarint(), d.Varint()
 		}
 		r.lease = l
 	case resultQueue:
