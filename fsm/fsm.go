@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -15,6 +16,9 @@ import (
 type FSM struct {
 	mu sync.RWMutex
 	st *state
+	// level mirrors st.level, set under mu after every change, so that the
+	// level check of every write reads it without taking mu.
+	level atomic.Uint32
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -52,6 +56,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			out[i] = f.st.apply(c)
 		}
 	}
+	f.level.Store(f.st.level)
 	return out
 }
 
@@ -60,6 +65,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 func (f *FSM) ApplyCommand(c Command) interface{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer func() { f.level.Store(f.st.level) }()
 	return f.st.apply(c)
 }
 

@@ -138,9 +138,6 @@ func EntryLevel(b []byte) uint32 {
 	return l
 }
 
-// Level returns the cluster's active level as applied on this node.
-func (f *FSM) Level() uint32 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.st.level
-}
+// Level returns the cluster's active level as applied on this node. It
+// takes no lock: every write checks it.
+func (f *FSM) Level() uint32 { return f.level.Load() }

@@ -420,6 +420,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.st = s
+	f.level.Store(s.level)
 	f.mu.Unlock()
 	return nil
 }
