@@ -153,7 +153,7 @@ func slotCount(p *int64) (uint32, *Error) {
 	return uint32(*p), nil
 }
 
-// leaseOp is renew, release or complete.
+// leaseOp is renew, release, complete or checkpoint.
 type leaseOp int
 
 const (
