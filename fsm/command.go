@@ -397,18 +397,28 @@ func (c *LeaseRelease) decodeBody(d *wire.Decoder, _ byte) {
 	c.Owner = getHash(d)
 }
 
+// encodeOwnerJSON writes the body LeaseComplete and LeaseCheckpoint
+// share: the owner's lease and a JSON value.
+func encodeOwnerJSON(e *wire.Encoder, now int64, lease, owner secret.Hash, value []byte) {
+	e.Varint(now)
+	putHash(e, lease)
+	putHash(e, owner)
+	e.Blob(value)
+}
+
+func decodeOwnerJSON(d *wire.Decoder, now *int64, lease, owner *secret.Hash, value *[]byte) {
+	*now = d.Varint()
+	*lease = getHash(d)
+	*owner = getHash(d)
+	*value = d.Blob()
+}
+
 func (c *LeaseComplete) encodeBody(e *wire.Encoder) {
-	e.Varint(c.Now)
-	putHash(e, c.Lease)
-	putHash(e, c.Owner)
-	e.Blob(c.Result)
+	encodeOwnerJSON(e, c.Now, c.Lease, c.Owner, c.Result)
 }
 
 func (c *LeaseComplete) decodeBody(d *wire.Decoder, _ byte) {
-	c.Now = d.Varint()
-	c.Lease = getHash(d)
-	c.Owner = getHash(d)
-	c.Result = d.Blob()
+	decodeOwnerJSON(d, &c.Now, &c.Lease, &c.Owner, &c.Result)
 }
 
 func (c *QueueCreate) encodeBody(e *wire.Encoder) {
@@ -660,15 +670,9 @@ func (*LeaseCheckpoint) Type() CommandType { return TypeLeaseCheckpoint }
 func (c *LeaseCheckpoint) Stamp() int64 { return c.Now }
 
 func (c *LeaseCheckpoint) encodeBody(e *wire.Encoder) {
-	e.Varint(c.Now)
-	putHash(e, c.Lease)
-	putHash(e, c.Owner)
-	e.Blob(c.Checkpoint)
+	encodeOwnerJSON(e, c.Now, c.Lease, c.Owner, c.Checkpoint)
 }
 
 func (c *LeaseCheckpoint) decodeBody(d *wire.Decoder, _ byte) {
-	c.Now = d.Varint()
-	c.Lease = getHash(d)
-	c.Owner = getHash(d)
-	c.Checkpoint = d.Blob()
+	decodeOwnerJSON(d, &c.Now, &c.Lease, &c.Owner, &c.Checkpoint)
 }

@@ -197,15 +197,21 @@ func (s *state) rearmSlots(l *lease) {
 	s.timers.cancel(slotsTimer(l.id))
 }
 
-// freeExpiredSlots removes the holders of l (writable) whose leases ended
-// at the state's clock.
-func (s *state) freeExpiredSlots(l *lease) int64 {
+// freeEndedSlots removes the holders of l whose leases ended at the
+// state's clock and rearms its timer; it returns the record, made writable
+// only when a slot was freed, and how many were.
+func (s *state) freeEndedSlots(l *lease) (*lease, int64) {
+	if h := l.set.earliest(); h == nil || h.expiresAt > s.clock {
+		return l, 0
+	}
+	l = s.mutLease(l)
 	var freed int64
 	for h := l.set.earliest(); h != nil && h.expiresAt <= s.clock; h = l.set.earliest() {
 		s.removeHolder(l, h)
 		freed++
 	}
-	return freed
+	s.rearmSlots(l)
+	return l, freed
 }
 
 func (s *state) removeHolder(l *lease, h *slotHolder) {
@@ -235,12 +241,10 @@ func (s *state) slotsResult(o LeaseOutcome, l *lease, h *slotHolder) LeaseResult
 // acquireSlot is an acquire of l, a live multi-slot key with the caller's
 // fingerprint and slot count.
 func (s *state) acquireSlot(l *lease, c *LeaseAcquire) LeaseResult {
-	l = s.mutLease(l)
-	s.freeExpiredSlots(l)
+	l, _ = s.freeEndedSlots(l)
 	if h := l.set.byOwner[c.Owner]; h != nil {
 		// The same request again (owner tokens derive from request ids):
 		// the same grant, unchanged.
-		s.rearmSlots(l)
 		return s.slotsResult(LeaseGranted, l, h)
 	}
 	limit := l.slotCount()
@@ -248,7 +252,6 @@ func (s *state) acquireSlot(l *lease, c *LeaseAcquire) LeaseResult {
 		limit++
 	}
 	if uint32(l.set.len()) >= limit {
-		s.rearmSlots(l)
 		h := l.set.earliest()
 		r := s.slotsResult(LeaseHeld, l, h)
 		r.TTLSeconds = 0
@@ -256,10 +259,9 @@ func (s *state) acquireSlot(l *lease, c *LeaseAcquire) LeaseResult {
 		return r
 	}
 	if l.set.len() > 0 && s.leaseCount() >= s.settings.MaxLeases {
-		s.rearmSlots(l)
 		return LeaseResult{Outcome: LeaseLimitReached, Now: s.clock, Limit: s.settings.MaxLeases}
 	}
-	return s.grantSlot(l, c)
+	return s.grantSlot(s.mutLease(l), c)
 }
 
 // grantSlot gives a free slot of l (writable) to c's owner.
@@ -313,13 +315,11 @@ func (s *state) sweepSlots(id secret.Hash, r *SweepResult) {
 	if l == nil || l.set == nil {
 		return
 	}
-	if h := l.set.earliest(); h == nil || h.expiresAt > s.clock {
-		s.rearmSlots(l)
-		return
+	l, freed := s.freeEndedSlots(l)
+	if freed == 0 {
+		s.rearmSlots(l) // a renewal moved the earliest expiry past this timer
 	}
-	l = s.mutLease(l)
-	r.SlotsFreed += s.freeExpiredSlots(l)
-	s.rearmSlots(l)
+	r.SlotsFreed += freed
 }
 
 // slotsWait is AcquireWait for a live multi-slot key with the caller's
@@ -332,14 +332,5 @@ func slotsWait(l *lease, c *LeaseAcquire, now int64) (LeaseResult, bool) {
 	if uint32(l.set.len()) < l.slotCount() || h.expiresAt <= now {
 		return LeaseResult{}, true
 	}
-	return LeaseResult{
-		Outcome:           LeaseHeld,
-		Now:               now,
-		FencingToken:      h.fencing,
-		LeaseExpiresAt:    h.expiresAt,
-		AbsoluteExpiresAt: l.absoluteExpiresAt,
-		RetryAfterSeconds: ceilSeconds(h.expiresAt - now),
-		Slots:             l.slotCount(),
-		Held:              uint32(l.set.len()),
-	}, false
+	return heldAnswer(l, now, h.fencing, h.expiresAt), false
 }

@@ -50,12 +50,23 @@ func (f *FSM) AcquireWait(c *LeaseAcquire, nodeNow int64) (held LeaseResult, rea
 		c.slotCount() != l.slotCount() || l.state != leaseHeld || l.leaseExpiresAt <= now || l.owner.Equal(c.Owner) {
 		return LeaseResult{}, true
 	}
-	return LeaseResult{
+	return heldAnswer(l, now, l.fencing, l.leaseExpiresAt), false
+}
+
+// heldAnswer is the "held" answer a waiting acquire of l would get at now,
+// naming the holder's fence and expiry (of the earliest-ending holder of a
+// multi-slot key).
+func heldAnswer(l *lease, now int64, fence uint64, expiresAt int64) LeaseResult {
+	r := LeaseResult{
 		Outcome:           LeaseHeld,
 		Now:               now,
-		FencingToken:      l.fencing,
-		LeaseExpiresAt:    l.leaseExpiresAt,
+		FencingToken:      fence,
+		LeaseExpiresAt:    expiresAt,
 		AbsoluteExpiresAt: l.absoluteExpiresAt,
-		RetryAfterSeconds: ceilSeconds(l.leaseExpiresAt - now),
-	}, false
+		RetryAfterSeconds: ceilSeconds(expiresAt - now),
+	}
+	if l.set != nil {
+		r.Slots, r.Held = l.slotCount(), uint32(l.set.len())
+	}
+	return r
 }

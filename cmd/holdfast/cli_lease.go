@@ -51,7 +51,8 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		}
 		fingerprint := ""
 		var requestID *secretValue
-		wait, slots := new(int), new(int)
+		wait := new(int)
+		var slots *int
 		if verb == "acquire" {
 			slots = fs.Int("slots", 1, "how many owners may hold the key at once, 1 to 1000 (the key's first acquire fixes it)")
 			fs.StringVar(&fingerprint, "fingerprint", "", "what this work is for: a completed key answers its result only to the same fingerprint")
@@ -86,7 +87,7 @@ func leaseVerb(verb string) func(args []string, stdout, stderr io.Writer) int {
 		if *wait != 0 {
 			body["wait_seconds"] = *wait
 		}
-		if verb == "acquire" && *slots != 1 {
+		if slots != nil && *slots != 1 {
 			body["slots"] = *slots
 		}
 		rid := ""

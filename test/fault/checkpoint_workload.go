@@ -50,13 +50,7 @@ func (w *checkpointWorkload) setup(ctx context.Context) error {
 }
 
 func (w *checkpointWorkload) start(ctx context.Context, wg *sync.WaitGroup) {
-	for i := 0; i < w.workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.worker(ctx, i)
-		}()
-	}
+	spawnWorkers(ctx, wg, w.workers, w.worker)
 }
 
 // value returns a checkpoint value no other write uses.
@@ -75,20 +69,8 @@ func (w *checkpointWorkload) worker(ctx context.Context, i int) {
 	for ctx.Err() == nil {
 		key := w.names[rng.IntN(len(w.names))]
 		res := w.acquire(proc, node, key, fAcquire, []int64{0, 1, 2, 2}[rng.IntN(4)])
-		switch {
-		case res.class == Unknown:
-			proc = r.rec.NewProcess()
-			sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
-		case !res.ok:
-			sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
-		case res.out.Status == stGranted:
-			if p := w.hold(ctx, rng, proc, node, key, res); p != proc {
-				proc = p
-				sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
-			}
-		default:
-			sleepCtx(ctx, between(rng, 50*time.Millisecond, 250*time.Millisecond))
-		}
+		proc = r.afterAcquire(ctx, rng, proc, res.class, res.ok, res.out.Status == stGranted,
+			func() int { return w.hold(ctx, rng, proc, node, key, res) })
 	}
 }
 

@@ -66,25 +66,47 @@ func shortToken(tok string) string {
 }
 
 func (w *leaseWorkload) setup(ctx context.Context) error {
-	r := w.r
-	return poll(ctx, 30*time.Second, 200*time.Millisecond, func() error {
-		a := r.ops.Do(ctx, r.targets[0].HTTPAddr, http.MethodPost, apiPrefix+"/lease/namespace", map[string]any{}, "")
-		if a.Status != http.StatusOK || a.Body.Namespace == "" {
-			return fmt.Errorf("mint a namespace: HTTP %d %.200s %v", a.Status, a.Raw, a.Err)
-		}
-		w.ns = a.Body.Namespace
-		return nil
-	})
+	ns, err := w.r.mintNamespace(ctx)
+	w.ns = ns
+	return err
 }
 
-func (w *leaseWorkload) start(ctx context.Context, wg *sync.WaitGroup) {
-	for i := 0; i < w.workers; i++ {
+// afterAcquire is a worker's step after an acquire and returns the process
+// to continue as: a grant is held (hold returns the process then), anything
+// else pauses the worker, and an unknown outcome (which may hold the lease
+// for an owner the worker cannot name) continues as a new process.
+func (r *run) afterAcquire(ctx context.Context, rng *rand.Rand, proc int, class Class, ok, granted bool, hold func() int) int {
+	switch {
+	case class == Unknown:
+		proc = r.rec.NewProcess()
+		sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
+	case !ok:
+		sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
+	case granted:
+		if p := hold(); p != proc {
+			proc = p
+			sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
+		}
+	default:
+		sleepCtx(ctx, between(rng, 50*time.Millisecond, 250*time.Millisecond))
+	}
+	return proc
+}
+
+// spawnWorkers starts n workers, worker(ctx, i) for i in [0, n), counted
+// in wg.
+func spawnWorkers(ctx context.Context, wg *sync.WaitGroup, n int, worker func(context.Context, int)) {
+	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.worker(ctx, i)
+			worker(ctx, i)
 		}()
 	}
+}
+
+func (w *leaseWorkload) start(ctx context.Context, wg *sync.WaitGroup) {
+	spawnWorkers(ctx, wg, w.workers, w.worker)
 }
 
 func (w *leaseWorkload) pickKey(rng *rand.Rand) string {
@@ -102,12 +124,40 @@ func (w *leaseWorkload) pickKey(rng *rand.Rand) string {
 	return key
 }
 
-// leaseCall is the classified result of one lease operation.
-type leaseCall struct {
+// opCall is the classified result of one recorded operation.
+type opCall[T any] struct {
 	class Class
 	ok    bool // recorded as ok (a definite, understood answer)
-	out   LeaseOutput
+	out   T
 	token string // raw owner token of a grant
+}
+
+// leaseCall is the classified result of one lease operation.
+type leaseCall = opCall[LeaseOutput]
+
+// recordOp performs one POST through node and records it in the history:
+// not applied as a failure, unknown as info, and an answer outcome
+// understands as ok with its output (any other answer is unexpected).
+func recordOp[T any](r *run, proc int, node *harness.Node, kind, key string, in any, wait int64, body map[string]any, path string, outcome func(string, Answer) (T, bool)) opCall[T] {
+	p := r.rec.Invoke(proc, node.ID, kind, key, in)
+	a := r.client.DoWaiting(context.Background(), time.Duration(wait)*time.Second, node.HTTPAddr, http.MethodPost, apiPrefix+path, body, "")
+	res := opCall[T]{class: a.Classify()}
+	switch res.class {
+	case NotApplied:
+		r.rec.Complete(p, Fail, nil, a.Status, a.ErrText())
+	case Unknown:
+		r.rec.Complete(p, Info, nil, a.Status, a.ErrText())
+	default:
+		out, ok := outcome(kind, a)
+		if !ok {
+			r.unexpectedAnswer(kind, a)
+			r.rec.Complete(p, Fail, nil, a.Status, "unexpected answer: "+a.ErrText())
+			return res
+		}
+		res.ok, res.out, res.token = true, out, a.Body.OwnerToken
+		r.rec.Complete(p, OK, out, a.Status, "")
+	}
+	return res
 }
 
 // leaseOutcome maps an answer to the model's output.
@@ -138,26 +188,7 @@ func leaseOutcome(f string, a Answer) (LeaseOutput, bool) {
 
 // call performs one lease operation and records it.
 func (w *leaseWorkload) call(proc int, node *harness.Node, key string, in LeaseInput, body map[string]any, path string) leaseCall {
-	r := w.r
-	p := r.rec.Invoke(proc, node.ID, in.Kind, key, in)
-	a := r.client.DoWaiting(context.Background(), time.Duration(in.Wait)*time.Second, node.HTTPAddr, http.MethodPost, apiPrefix+path, body, "")
-	res := leaseCall{class: a.Classify()}
-	switch res.class {
-	case NotApplied:
-		r.rec.Complete(p, Fail, nil, a.Status, a.ErrText())
-	case Unknown:
-		r.rec.Complete(p, Info, nil, a.Status, a.ErrText())
-	default:
-		out, ok := leaseOutcome(in.Kind, a)
-		if !ok {
-			r.unexpectedAnswer(in.Kind, a)
-			r.rec.Complete(p, Fail, nil, a.Status, "unexpected answer: "+a.ErrText())
-			return res
-		}
-		res.ok, res.out, res.token = true, out, a.Body.OwnerToken
-		r.rec.Complete(p, OK, out, a.Status, "")
-	}
-	return res
+	return recordOp(w.r, proc, node, in.Kind, key, in, in.Wait, body, path, leaseOutcome)
 }
 
 // acquire asks for the lease; with wait > 0 (seconds) it is a blocking
@@ -222,27 +253,13 @@ func (w *leaseWorkload) worker(ctx context.Context, i int) {
 		// Most acquires wait while the lease is held (blocking acquires,
 		// served in arrival order); some answer at once.
 		res := w.acquire(proc, node, key, fAcquire, []int64{0, 1, 2, 2}[rng.IntN(4)])
-		switch {
-		case res.class == Unknown:
-			proc = r.rec.NewProcess()
-			sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
-			continue
-		case !res.ok:
-			sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
-			continue
-		case res.out.Status == stGranted:
-			if p := w.hold(ctx, rng, proc, node, key, res); p != proc {
-				proc = p
-				sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
-			}
-		default:
-			if res.out.Status == stCompleted {
-				w.mu.Lock()
-				w.done[key] = true
-				w.mu.Unlock()
-			}
-			sleepCtx(ctx, between(rng, 50*time.Millisecond, 250*time.Millisecond))
+		if res.ok && res.out.Status == stCompleted {
+			w.mu.Lock()
+			w.done[key] = true
+			w.mu.Unlock()
 		}
+		proc = r.afterAcquire(ctx, rng, proc, res.class, res.ok, res.out.Status == stGranted,
+			func() int { return w.hold(ctx, rng, proc, node, key, res) })
 	}
 }
 

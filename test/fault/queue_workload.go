@@ -70,15 +70,7 @@ func (w *queueWorkload) setup(ctx context.Context) error {
 }
 
 func (w *queueWorkload) start(ctx context.Context, wg *sync.WaitGroup) {
-	spawn := func(f func(context.Context, int), n int) {
-		for i := 0; i < n; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				f(ctx, i)
-			}()
-		}
-	}
+	spawn := func(f func(context.Context, int), n int) { spawnWorkers(ctx, wg, n, f) }
 	spawn(w.producer, w.producers)
 	spawn(w.worker, w.workers)
 	spawn(w.reader, w.readers)

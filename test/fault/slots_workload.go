@@ -79,22 +79,11 @@ func (w *slotsWorkload) setup(ctx context.Context) error {
 }
 
 func (w *slotsWorkload) start(ctx context.Context, wg *sync.WaitGroup) {
-	for i := 0; i < w.workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.worker(ctx, i)
-		}()
-	}
+	spawnWorkers(ctx, wg, w.workers, w.worker)
 }
 
 // slotCall is the classified result of one slot operation.
-type slotCall struct {
-	class Class
-	ok    bool
-	out   SlotOutput
-	token string
-}
+type slotCall = opCall[SlotOutput]
 
 // slotOutcome maps an answer to a slot operation's output.
 func slotOutcome(f string, a Answer) (SlotOutput, bool) {
@@ -119,26 +108,7 @@ func slotOutcome(f string, a Answer) (SlotOutput, bool) {
 
 // call performs one slot operation and records it.
 func (w *slotsWorkload) call(proc int, node *harness.Node, key string, in SlotInput, body map[string]any, path string) slotCall {
-	r := w.r
-	p := r.rec.Invoke(proc, node.ID, in.Kind, key, in)
-	a := r.client.DoWaiting(context.Background(), time.Duration(in.Wait)*time.Second, node.HTTPAddr, http.MethodPost, apiPrefix+path, body, "")
-	res := slotCall{class: a.Classify()}
-	switch res.class {
-	case NotApplied:
-		r.rec.Complete(p, Fail, nil, a.Status, a.ErrText())
-	case Unknown:
-		r.rec.Complete(p, Info, nil, a.Status, a.ErrText())
-	default:
-		out, ok := slotOutcome(in.Kind, a)
-		if !ok {
-			r.unexpectedAnswer(in.Kind, a)
-			r.rec.Complete(p, Fail, nil, a.Status, "unexpected answer: "+a.ErrText())
-			return res
-		}
-		res.ok, res.out, res.token = true, out, a.Body.OwnerToken
-		r.rec.Complete(p, OK, out, a.Status, "")
-	}
-	return res
+	return recordOp(w.r, proc, node, in.Kind, key, in, in.Wait, body, path, slotOutcome)
 }
 
 func (w *slotsWorkload) acquire(proc int, node *harness.Node, k int, wait int64) slotCall {
@@ -172,20 +142,8 @@ func (w *slotsWorkload) worker(ctx context.Context, i int) {
 	for ctx.Err() == nil {
 		k := rng.IntN(len(w.keys))
 		res := w.acquire(proc, node, k, []int64{0, 1, 2, 2}[rng.IntN(4)])
-		switch {
-		case res.class == Unknown:
-			proc = r.rec.NewProcess()
-			sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
-		case !res.ok:
-			sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
-		case res.out.Status == stGranted:
-			if p := w.hold(ctx, rng, proc, node, k, res); p != proc {
-				proc = p
-				sleepCtx(ctx, between(rng, 100*time.Millisecond, 300*time.Millisecond))
-			}
-		default:
-			sleepCtx(ctx, between(rng, 50*time.Millisecond, 250*time.Millisecond))
-		}
+		proc = r.afterAcquire(ctx, rng, proc, res.class, res.ok, res.out.Status == stGranted,
+			func() int { return w.hold(ctx, rng, proc, node, k, res) })
 	}
 }
 
