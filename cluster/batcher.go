@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/holdfast/holdfast/fsm"
 )
@@ -25,16 +26,24 @@ const (
 	proposalWithdrawn
 )
 
-// proposal is one or more encoded commands that must be applied together,
-// in order, in one entry (a hand-over: a release and the acquire of the
-// key's longest waiter).
+// proposal is one or more commands that must be applied together, in
+// order, in one entry (a hand-over: a release and the acquire of the key's
+// longest waiter). Proposals are reused (proposalPool) once their waiter has
+// received the result; one whose waiter gave up is left to the collector,
+// since the flusher may still send it a result.
 type proposal struct {
-	parts [][]byte
+	cmds  []fsm.Command
 	state atomic.Int32
 	done  chan proposalResult
+	// expired bounds the wait of a caller without an earlier deadline.
+	expired *time.Timer
+	// one holds the command of a single-command proposal, and oneResp its
+	// result, so that neither needs a slice of its own.
+	one     [1]fsm.Command
+	oneResp [1]interface{}
 }
 
-// proposalResult holds one result per part, or the error of them all.
+// proposalResult holds one result per command, or the error of them all.
 type proposalResult struct {
 	resps []interface{}
 	err   error
@@ -43,26 +52,27 @@ type proposalResult struct {
 // flush runs the flusher until shutdown.
 func (n *Node) flush() {
 	batch := make([]*proposal, 0, maxBatch)
-	enc := make([][]byte, 0, maxBatch)
+	cmds := make([]fsm.Command, 0, maxBatch)
 	for {
-		batch, enc = batch[:0], enc[:0]
-		parts := 0
+		clear(batch) // what was proposed is not kept alive here
+		clear(cmds)
+		batch, cmds = batch[:0], cmds[:0]
 		select {
 		case <-n.shutdownCh:
 			return
 		case p := <-n.proposeCh:
 			if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
 				batch = append(batch, p)
-				parts += len(p.parts)
+				cmds = append(cmds, p.cmds...)
 			}
 		}
 	drain:
-		for parts < maxBatch {
+		for len(cmds) < maxBatch {
 			select {
 			case p := <-n.proposeCh:
 				if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
 					batch = append(batch, p)
-					parts += len(p.parts)
+					cmds = append(cmds, p.cmds...)
 				}
 			default:
 				break drain
@@ -71,16 +81,7 @@ func (n *Node) flush() {
 		if len(batch) == 0 {
 			continue
 		}
-		var data []byte
-		if parts == 1 {
-			data = batch[0].parts[0]
-		} else {
-			for _, p := range batch {
-				enc = append(enc, p.parts...)
-			}
-			data = fsm.EncodeBatch(enc)
-		}
-		n.commit(batch, parts, data)
+		n.commit(batch, len(cmds), fsm.Entry(cmds))
 	}
 }
 
@@ -97,7 +98,9 @@ func (n *Node) commit(batch []*proposal, parts int, data []byte) {
 	}
 	resp := f.Response()
 	if parts == 1 {
-		batch[0].done <- proposalResult{resps: []interface{}{resp}}
+		p := batch[0]
+		p.oneResp[0] = resp
+		p.done <- proposalResult{resps: p.oneResp[:]}
 		return
 	}
 	br, ok := resp.(*fsm.BatchResult)
@@ -110,7 +113,7 @@ func (n *Node) commit(batch []*proposal, parts int, data []byte) {
 	}
 	at := 0
 	for _, p := range batch {
-		p.done <- proposalResult{resps: br.Results[at : at+len(p.parts)]}
-		at += len(p.parts)
+		p.done <- proposalResult{resps: br.Results[at : at+len(p.cmds)]}
+		at += len(p.cmds)
 	}
 }

@@ -39,6 +39,7 @@ type Node struct {
 
 	notifyCh   chan bool
 	proposeCh  chan *proposal
+	proposals  sync.Pool // of *proposal, reused once answered
 	shutdownCh chan struct{}
 	closeOnce  sync.Once
 	wg         sync.WaitGroup

@@ -33,17 +33,53 @@ var (
 // lost, the deadline passed or the node shut down after the entry may have
 // reached the log.
 func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error) {
-	rs, err := n.ProposeAll(ctx, cmd)
+	p := n.newProposal()
+	p.one[0] = cmd
+	p.cmds = p.one[:]
+	rs, err := n.propose(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	return rs[0], nil
+	r := rs[0]
+	n.recycle(p)
+	return r, nil
 }
 
 // ProposeAll is Propose for commands that must be applied together and in
 // order, in one log entry: all of them, or (on an error) none that the
 // caller learns of. It returns one result per command.
 func (n *Node) ProposeAll(ctx context.Context, cmds ...fsm.Command) ([]interface{}, error) {
+	p := n.newProposal()
+	p.cmds = cmds
+	rs, err := n.propose(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	rs = append([]interface{}(nil), rs...)
+	n.recycle(p)
+	return rs, nil
+}
+
+// newProposal takes a proposal from the pool, queued and empty.
+func (n *Node) newProposal() *proposal {
+	if p, ok := n.proposals.Get().(*proposal); ok {
+		p.state.Store(proposalQueued)
+		return p
+	}
+	return &proposal{done: make(chan proposalResult, 1)}
+}
+
+// recycle returns a proposal whose result its waiter has received: the
+// flusher is done with it.
+func (n *Node) recycle(p *proposal) {
+	p.cmds, p.one[0], p.oneResp[0] = nil, nil, nil
+	n.proposals.Put(p)
+}
+
+// propose commits p's commands. The results it returns are valid until p
+// is recycled; on an error p must not be recycled.
+func (n *Node) propose(ctx context.Context, p *proposal) ([]interface{}, error) {
+	cmds := p.cmds
 	if n.raft.State() != raft.Leader {
 		n.counters.proposal("not_leader")
 		return nil, ErrNotLeader
@@ -65,16 +101,17 @@ func (n *Node) ProposeAll(ctx context.Context, cmds ...fsm.Command) ([]interface
 	}
 	// The propose timeout bounds a caller without an earlier deadline; a
 	// timer, not a derived context, which would cost a registration with
-	// every cancellable parent.
+	// every cancellable parent. The timer is the proposal's own, reused
+	// with it.
 	var expired <-chan time.Time
 	if d, ok := ctx.Deadline(); !ok || time.Until(d) > n.cfg.ProposeTimeout {
-		t := time.NewTimer(n.cfg.ProposeTimeout)
-		defer t.Stop()
-		expired = t.C
-	}
-	p := &proposal{parts: make([][]byte, len(cmds)), done: make(chan proposalResult, 1)}
-	for i, c := range cmds {
-		p.parts[i] = fsm.Encode(c)
+		if p.expired == nil {
+			p.expired = time.NewTimer(n.cfg.ProposeTimeout)
+		} else {
+			p.expired.Reset(n.cfg.ProposeTimeout)
+		}
+		defer p.expired.Stop()
+		expired = p.expired.C
 	}
 	select {
 	case n.proposeCh <- p:

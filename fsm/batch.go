@@ -79,3 +79,33 @@ func EncodeBatch(encoded [][]byte) []byte {
 	}
 	return e.Bytes()
 }
+
+// Entry returns the log-entry bytes of cmds, which holds at least one
+// command: the command itself when there is one, otherwise a Batch of them.
+// The bytes are those of Encode for one command and of EncodeBatch over
+// Encode for several, but each command is encoded straight into the entry.
+func Entry(cmds []Command) []byte {
+	if len(cmds) == 1 {
+		return Encode(cmds[0])
+	}
+	size := 8
+	for _, c := range cmds {
+		size += SizeHint(c) + 4
+	}
+	e := wire.NewEncoder(make([]byte, 0, size))
+	e.Byte(byte(TypeBatch))
+	e.Byte(bodyVersion)
+	e.Uvarint(uint64(len(cmds)))
+	for _, c := range cmds {
+		AppendBlob(e, c)
+	}
+	return e.Bytes()
+}
+
+// AppendBlob appends Encode(c) to e as a length-prefixed byte string (as
+// e.Blob(Encode(c)) would), without a buffer of its own.
+func AppendBlob(e *wire.Encoder, c Command) {
+	mark := e.BeginBlob()
+	encodeCommand(e, c)
+	e.EndBlob(mark)
+}

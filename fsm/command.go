@@ -567,6 +567,14 @@ func (c *SetSettings) decodeBody(d *wire.Decoder, _ byte) {
 // Encode returns the log-entry bytes of c: its type byte, the body version
 // and the body.
 func Encode(c Command) []byte {
+	e := wire.NewEncoder(make([]byte, 0, SizeHint(c)))
+	encodeCommand(e, c)
+	return e.Bytes()
+}
+
+// SizeHint is at least the encoded size of c's fixed-size fields plus its
+// variable ones, so that encoding it seldom grows the buffer.
+func SizeHint(c Command) int {
 	size := 160 // more than the fixed-size fields of any command take
 	switch c := c.(type) {
 	case *JobEnqueue:
@@ -576,11 +584,14 @@ func Encode(c Command) []byte {
 	case *LeaseCheckpoint:
 		size += len(c.Checkpoint)
 	}
-	e := wire.NewEncoder(make([]byte, 0, size))
+	return size
+}
+
+// encodeCommand appends c's type byte, body version and body to e.
+func encodeCommand(e *wire.Encoder, c Command) {
 	e.Byte(byte(c.Type()))
 	e.Byte(versionOf(c))
 	c.encodeBody(e)
-	return e.Bytes()
 }
 
 // newCommand returns an empty command of type t, or nil for an unknown type.

@@ -53,6 +53,26 @@ func (e *Encoder) Blob(b []byte) {
 	e.buf = append(e.buf, b...)
 }
 
+// BeginBlob starts a length-prefixed byte string whose bytes the caller
+// appends next; EndBlob, given the mark BeginBlob returned, writes its
+// length. It saves encoding a nested value into a buffer of its own: the
+// bytes are those Blob writes.
+func (e *Encoder) BeginBlob() int {
+	mark := len(e.buf)
+	e.buf = append(e.buf, make([]byte, binary.MaxVarintLen64)...)
+	return mark
+}
+
+// EndBlob ends the byte string begun at mark: it writes the length in the
+// room BeginBlob left and moves the bytes down to follow it.
+func (e *Encoder) EndBlob(mark int) {
+	start := mark + binary.MaxVarintLen64
+	n := len(e.buf) - start
+	k := binary.PutUvarint(e.buf[mark:start], uint64(n))
+	copy(e.buf[mark+k:], e.buf[start:])
+	e.buf = e.buf[:mark+k+n]
+}
+
 // String appends a length-prefixed string.
 func (e *Encoder) String(s string) {
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(s)))

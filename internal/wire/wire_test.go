@@ -117,3 +117,22 @@ func FuzzDecoder(f *testing.F) {
 		}
 	})
 }
+
+// TestBeginEndBlobWritesWhatBlobWrites: a byte string appended in place
+// has the bytes of Blob, whatever the length's varint size, after what the
+// encoder already held.
+func TestBeginEndBlobWritesWhatBlobWrites(t *testing.T) {
+	for _, n := range []int{0, 1, 127, 128, 300, 16383, 16384, 70000} {
+		b := bytes.Repeat([]byte{'x'}, n)
+		want := NewEncoder([]byte("head"))
+		want.Blob(b)
+		got := NewEncoder([]byte("head"))
+		mark := got.BeginBlob()
+		got.Fixed(b)
+		got.EndBlob(mark)
+		got.Byte(7)
+		if !bytes.Equal(got.Bytes(), append(want.Bytes(), 7)) {
+			t.Errorf("length %d: in place %x..., Blob %x...", n, got.Bytes()[:min(12, got.Len())], want.Bytes()[:min(12, want.Len())])
+		}
+	}
+}
