@@ -256,9 +256,11 @@ func readFrame(r *bufio.Reader) (uint64, []byte, error) {
 	return id, b[k:], nil
 }
 
-// Handler answers one call. ctx ends when the link closes, or when the
-// caller sends the call's cancel frame.
-type Handler func(ctx context.Context, req []byte) []byte
+// Handler answers one call: it appends its answer to dst and returns it.
+// ctx ends when the link closes, or when the caller sends the call's cancel
+// frame. Neither req nor the answer is used after the next call on the
+// same goroutine, so dst is the answer buffer of the call before.
+type Handler func(ctx context.Context, req, dst []byte) []byte
 
 // Serve answers calls on conn until it fails or ctx ends, each call's
 // handler on its own goroutine, at most maxInFlight at once. Reading never
@@ -296,7 +298,7 @@ func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int
 		}
 		if len(payload) == 0 { // a cancel frame
 			if queued := d.cancel(id); queued != nil {
-				w.send(id, busy(queued.ctx, queued.payload))
+				w.send(id, busy(queued.ctx, queued.payload, nil))
 			}
 			continue
 		}
@@ -304,7 +306,7 @@ func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int
 		c.ctx, c.cancel = context.WithCancel(ctx)
 		if !d.submit(c) {
 			c.cancel()
-			w.send(id, busy(ctx, payload))
+			w.send(id, busy(ctx, payload, nil))
 		}
 	}
 }
@@ -370,10 +372,14 @@ func (d *dispatcher) cancel(id uint64) *serverCall {
 // while idle, until the link ends.
 func (d *dispatcher) work(first *serverCall) {
 	defer d.wg.Done()
+	var buf []byte // the answers' buffer: send copies each answer out
 	for c := first; ; {
-		answer := d.h(c.ctx, c.payload)
+		answer := d.h(c.ctx, c.payload, buf[:0])
 		c.cancel()
 		d.w.send(c.id, answer)
+		if cap(answer) <= 64<<10 {
+			buf = answer
+		}
 		d.mu.Lock()
 		delete(d.running, c.id)
 		if len(d.waiting) > 0 {

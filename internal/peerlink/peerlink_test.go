@@ -15,7 +15,7 @@ import (
 )
 
 // busyAnswer is the refusal of a call the server did not run.
-func busyAnswer(_ context.Context, req []byte) []byte { return append([]byte("busy:"), req...) }
+func busyAnswer(_ context.Context, req, _ []byte) []byte { return append([]byte("busy:"), req...) }
 
 // serveOne serves the first connection to a loopback listener with h, at
 // most maxInFlight calls at once, until ctx ends; it returns a connection
@@ -57,7 +57,7 @@ func pair(t *testing.T, h Handler) (*Client, func()) {
 }
 
 func TestCallsGetTheirOwnAnswers(t *testing.T) {
-	c, stop := pair(t, func(_ context.Context, req []byte) []byte {
+	c, stop := pair(t, func(_ context.Context, req, _ []byte) []byte {
 		return append([]byte("re:"), req...)
 	})
 	defer stop()
@@ -82,7 +82,7 @@ func TestCallsGetTheirOwnAnswers(t *testing.T) {
 }
 
 func TestACallOnAClosedLinkWasNotSent(t *testing.T) {
-	c, stop := pair(t, func(_ context.Context, req []byte) []byte { return req })
+	c, stop := pair(t, func(_ context.Context, req, _ []byte) []byte { return req })
 	defer stop()
 	_ = c.Close()
 	if _, err := c.Call(context.Background(), []byte("x")); !errors.Is(err, ErrNotSent) {
@@ -93,7 +93,7 @@ func TestACallOnAClosedLinkWasNotSent(t *testing.T) {
 func TestACallTheServerReceivedIsUnknownWhenItsAnswerIsLost(t *testing.T) {
 	got := make(chan struct{})
 	release := make(chan struct{})
-	c, stop := pair(t, func(ctx context.Context, req []byte) []byte {
+	c, stop := pair(t, func(ctx context.Context, req, _ []byte) []byte {
 		close(got)
 		select {
 		case <-release:
@@ -115,7 +115,7 @@ func TestACallTheServerReceivedIsUnknownWhenItsAnswerIsLost(t *testing.T) {
 	close(release)
 
 	// The same for a caller that gives up while the server works on it.
-	c2, stop2 := pair(t, func(ctx context.Context, req []byte) []byte {
+	c2, stop2 := pair(t, func(ctx context.Context, req, _ []byte) []byte {
 		<-ctx.Done()
 		return req
 	})
@@ -202,7 +202,7 @@ func BenchmarkCall(b *testing.B) {
 	go func() {
 		conn, err := ln.Accept()
 		if err == nil {
-			_ = Serve(context.Background(), conn, nil, 1024, func(_ context.Context, req []byte) []byte { return req }, busyAnswer)
+			_ = Serve(context.Background(), conn, nil, 1024, func(_ context.Context, req, _ []byte) []byte { return req }, busyAnswer)
 		}
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())
@@ -227,7 +227,7 @@ func BenchmarkCall(b *testing.B) {
 func TestACallerGivingUpCancelsTheHandler(t *testing.T) {
 	started := make(chan struct{}, 1)
 	cancelled := make(chan string, 2)
-	c, stop := pair(t, func(ctx context.Context, req []byte) []byte {
+	c, stop := pair(t, func(ctx context.Context, req, _ []byte) []byte {
 		if string(req) == "wait" {
 			started <- struct{}{}
 			select {
@@ -276,7 +276,7 @@ func TestCancelsAreReadWhileEverySlotIsTaken(t *testing.T) {
 	started := make(chan string, 8)
 	var mu sync.Mutex
 	var ran []string
-	h := func(ctx context.Context, req []byte) []byte {
+	h := func(ctx context.Context, req, _ []byte) []byte {
 		mu.Lock()
 		ran = append(ran, string(req))
 		mu.Unlock()

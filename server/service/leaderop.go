@@ -244,11 +244,11 @@ func decodeOptInt(d *wire.Decoder) *int64 {
 
 // encode appends op's wire form to buf.
 func (op *leaderOp) encode(buf []byte) []byte {
-	var cmd []byte
+	room := opFixedRoom
 	if op.read == nil {
-		cmd = fsm.Encode(op.cmd)
+		room += fsm.SizeHint(op.cmd)
 	}
-	e := wire.NewEncoder(slices.Grow(buf, opFixedRoom+len(cmd)))
+	e := wire.NewEncoder(slices.Grow(buf, room))
 	e.Byte(opWireVersion)
 	switch {
 	case op.read != nil && op.read.withJob:
@@ -264,7 +264,7 @@ func (op *leaderOp) encode(buf []byte) []byte {
 		e.Byte(opWrite)
 		encodeOptInt(e, op.ttl)
 		encodeOptInt(e, op.visibility)
-		e.Blob(cmd)
+		fsm.AppendBlob(e, op.cmd)
 	}
 	e.Varint(op.wait.Milliseconds())
 	return e.Bytes()
@@ -289,7 +289,7 @@ func decodeOp(b []byte) (*leaderOp, error) {
 	case opWrite:
 		op.ttl = decodeOptInt(d)
 		op.visibility = decodeOptInt(d)
-		raw := d.Blob()
+		raw := d.BlobView() // Decode copies what the command keeps
 		if d.Err() != nil {
 			break
 		}

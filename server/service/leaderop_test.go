@@ -141,7 +141,7 @@ func FuzzDecodeLinkFrames(f *testing.F) {
 // link did not run (its queue full, or cancelled while waiting) tells the
 // follower that nothing changed and when to retry.
 func TestALinkCallNotRunIsRefusedNotApplied(t *testing.T) {
-	res, err := decodeResult(refuseLinkCall(context.Background(), []byte("op")))
+	res, err := decodeResult(refuseLinkCall(context.Background(), []byte("op"), nil))
 	if err != nil {
 		t.Fatal(err)
 	}

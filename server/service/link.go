@@ -211,14 +211,14 @@ func (s *Service) ServeLink(conn net.Conn, br *bufio.Reader, from string) {
 
 // refuseLinkCall answers a forwarded operation the leader did not run: the
 // link's queue was full, or its caller cancelled it while it waited.
-func refuseLinkCall(context.Context, []byte) []byte {
-	b, _ := refused(NotApplied("the leader is overloaded; nothing was changed, retry shortly")).encode(nil)
+func refuseLinkCall(_ context.Context, _, dst []byte) []byte {
+	b, _ := refused(NotApplied("the leader is overloaded; nothing was changed, retry shortly")).encode(dst)
 	return b
 }
 
 // answerLinkCall runs one forwarded operation on this node, which must be
 // the leader: it never sends the operation on.
-func (s *Service) answerLinkCall(ctx context.Context, req []byte) []byte {
+func (s *Service) answerLinkCall(ctx context.Context, req, dst []byte) []byte {
 	var res opResult
 	op, err := decodeOp(req)
 	if err == nil && (op.read != nil || op.wait > 0) {
@@ -237,9 +237,9 @@ func (s *Service) answerLinkCall(ctx context.Context, req []byte) []byte {
 	} else if local {
 		res = s.execute(ctx, op)
 	}
-	b, err := res.encode(nil)
+	b, err := res.encode(dst)
 	if err != nil {
-		b, _ = refused(Fail(KindInternal, "internal error: the answer could not be encoded", nil)).encode(nil)
+		b, _ = refused(Fail(KindInternal, "internal error: the answer could not be encoded", nil)).encode(dst[:0])
 	}
 	return b
 }
