@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/holdfast/holdfast/fsm"
@@ -13,22 +14,35 @@ import (
 // and "job_id" beside it. It is written directly: it is the answer of every
 // queue write.
 func jobReply(status int, j *fsm.JobView, receipt *string, dedup *bool) reply {
-	b := make([]byte, 0, 320+len(j.Payload)+len(j.Key))
+	return reply{Status: status, job: jobBody{j: j, receipt: receipt, dedup: dedup}}
+}
+
+// jobBody is a job answer's body, encoded when the answer is written, into
+// a buffer the writer may reuse; its job is nil in any other answer.
+type jobBody struct {
+	j       *fsm.JobView
+	receipt *string
+	dedup   *bool
+}
+
+// appendTo appends the body's JSON to b.
+func (jb *jobBody) appendTo(b []byte) []byte {
+	j := jb.j
+	b = slices.Grow(b, 320+len(j.Payload)+len(j.Key))
 	b = append(b, '{')
-	if dedup != nil {
+	if jb.dedup != nil {
 		b = append(b, `"deduplicated":`...)
-		b = strconv.AppendBool(b, *dedup)
+		b = strconv.AppendBool(b, *jb.dedup)
 		b = append(b, ',')
 	}
 	b = append(b, `"job":`...)
-	b = appendJob(b, j, receipt)
-	if dedup != nil {
+	b = appendJob(b, j, jb.receipt)
+	if jb.dedup != nil {
 		b = append(b, `,"job_id":"`...)
 		b = append(b, j.ID.String()...)
 		b = append(b, '"')
 	}
-	b = append(b, `,"ok":true}`...)
-	return reply{Status: status, raw: b}
+	return append(b, `,"ok":true}`...)
 }
 
 // appendJob appends a job's fields with sorted keys, as the API shows them

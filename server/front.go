@@ -229,6 +229,7 @@ type frontConn struct {
 	state atomic.Int32
 	buf   []byte // the bytes read and not yet served
 	out   []byte // the answer being written
+	body  []byte // a job answer's body, before out
 	// readBy and writeBy are the deadlines last set on the connection.
 	readBy, writeBy time.Time
 	// req and call are the request being served, kept between requests.
@@ -566,13 +567,13 @@ func (c *frontCall) Reply(r reply) {
 		return
 	}
 	c.wrote = true
-	b, err := r.body()
+	fc := c.fc
+	b, err := r.body(fc.body[:0])
 	if err != nil {
 		b = []byte(`{"ok":false,"error":"internal error: the answer could not be encoded"}`)
 		r.Status = http.StatusInternalServerError
 	}
 	c.status = r.Status
-	fc := c.fc
 	now := time.Now()
 	out := append(fc.out[:0], "HTTP/1.1 "...)
 	out = strconv.AppendInt(out, int64(r.Status), 10)
@@ -604,5 +605,8 @@ func (c *frontCall) Reply(r reply) {
 	}
 	if cap(out) <= frontBufSize {
 		fc.out = out[:0]
+	}
+	if r.job.j != nil && cap(b) <= frontBufSize {
+		fc.body = b[:0]
 	}
 }

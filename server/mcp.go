@@ -203,10 +203,7 @@ func (s *Server) runTool(ctx context.Context, t *toolDef, call *toolCall) (int, 
 
 // replyJSON encodes a reply's body as the REST API would send it.
 func replyJSON(r reply) (int, []byte) {
-	if r.raw != nil {
-		return r.Status, r.raw
-	}
-	b, err := jsonenc.Encode(r.Body)
+	b, err := r.body(nil)
 	if err != nil {
 		b, _ = jsonenc.Encode(jsonenc.H{"ok": false, "error": "internal error: the answer could not be encoded"})
 		return http.StatusInternalServerError, b

@@ -19,11 +19,19 @@ type reply struct {
 	Bearer bool
 	// raw, when set, is the body already encoded; Body is then unused.
 	raw []byte
+	// job, when set, is a job answer's body, encoded when written; Body is
+	// then unused.
+	job jobBody
 }
 
-// body returns the encoded JSON body.
-func (r reply) body() ([]byte, error) {
-	if r.raw != nil {
+// body returns the encoded JSON body: a job answer appended to dst, which
+// the caller may reuse once the body is written, any other a slice of its
+// own.
+func (r reply) body(dst []byte) ([]byte, error) {
+	switch {
+	case r.job.j != nil:
+		return r.job.appendTo(dst), nil
+	case r.raw != nil:
 		return r.raw, nil
 	}
 	return jsonenc.Encode(r.Body)
@@ -37,7 +45,7 @@ func (r reply) write(c *gin.Context) {
 	if r.Bearer {
 		c.Header("WWW-Authenticate", `Bearer realm="holdfast"`)
 	}
-	b, err := r.body()
+	b, err := r.body(nil)
 	if err != nil {
 		b = []byte(`{"ok":false,"error":"internal error: the answer could not be encoded"}`)
 		r.Status = http.StatusInternalServerError

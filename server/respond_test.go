@@ -39,7 +39,7 @@ func TestStorageReplies(t *testing.T) {
 			if r.Status != tc.status || r.RetryAfter != tc.retryAfter {
 				t.Fatalf("status %d retry-after %d, want %d %d", r.Status, r.RetryAfter, tc.status, tc.retryAfter)
 			}
-			b, err := r.body()
+			b, err := r.body(nil)
 			if err != nil {
 				t.Fatal(err)
 			}
