@@ -11,7 +11,10 @@
 # (test/perf/cpu-share.py), and each node's CPU per operation from /proc.
 # With LEADER_ONLY=1 every client talks to the leader, so the followers
 # serve no client requests. With STRACE=1 it also counts each node's
-# system calls for 5 s (strace -c, in OUT). Env: CLIENTS (64), DUR (30s), OUT (a new
+# system calls for 5 s (strace -c, in OUT). With ALLOCS=1 it also keeps the
+# leader's and the follower's allocations during the profiles' window
+# (OUT/WORKLOAD-ROLE.allocs.pprof, read with go tool pprof -sample_index
+# alloc_space -base OUT/WORKLOAD-ROLE.allocs0.pprof ...). Env: CLIENTS (64), DUR (30s), OUT (a new
 # temporary folder, kept), HOLDFASTLOAD (the client binary; default: built
 # from ../shared/bench/holdfastload).
 set -euo pipefail
@@ -90,6 +93,10 @@ for w in "${WORKLOADS[@]}"; do
 		-json "$OUT/$w.jsonl" >"$OUT/$w.client.log" 2>&1 &
 	client=$!
 	sleep 8
+	if [ -n "${ALLOCS:-}" ]; then
+		curl -s -o "$OUT/$w-leader.allocs0.pprof" "http://$leader/debug/pprof/allocs"
+		curl -s -o "$OUT/$w-follower.allocs0.pprof" "http://$follower/debug/pprof/allocs"
+	fi
 	cpu0=$(cpu "${PIDS[@]}")
 	t0=$(date +%s.%N)
 	curl -s -o "$OUT/$w-leader.pprof" "http://$leader/debug/pprof/profile?seconds=15" &
@@ -99,6 +106,10 @@ for w in "${WORKLOADS[@]}"; do
 	wait "$p1" "$p2"
 	cpu1=$(cpu "${PIDS[@]}")
 	t1=$(date +%s.%N)
+	if [ -n "${ALLOCS:-}" ]; then
+		curl -s -o "$OUT/$w-leader.allocs.pprof" "http://$leader/debug/pprof/allocs"
+		curl -s -o "$OUT/$w-follower.allocs.pprof" "http://$follower/debug/pprof/allocs"
+	fi
 	if [ -n "${STRACE:-}" ]; then
 		# System calls by kind, counted for 5 s on the leader and a follower.
 		for role in leader follower; do
