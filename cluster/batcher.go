@@ -12,7 +12,8 @@ import (
 // every proposal waiting (up to maxBatch), proposes them as one Raft entry
 // and waits for it to apply. While that entry commits, the next proposals
 // gather, so concurrent writes share an entry, a disk write and an fsync on
-// every node, and a lone write is proposed at once. One entry in flight
+// every node, and a lone write is proposed at once (see holdTarget for when
+// the next entry waits for more). One entry in flight
 // makes the batches as large as the load allows; several flushers would
 // split the same writes into more, smaller entries, each with its own disk
 // writes and fsyncs on every node.
@@ -49,10 +50,38 @@ type proposalResult struct {
 	err   error
 }
 
+// Holding an entry back: the callers of the entry just committed get their
+// answers as it applies, and under load most of them send their next write
+// at once. Proposed at once, the next entry would carry only the writes
+// that gathered while the last one committed, about half of the callers;
+// so while fewer than holdTarget commands are waiting, the flusher waits
+// for more, at most as long as the last entry took to commit (so a write
+// waits at most one commit more) and never more than maxHold. Fewer,
+// larger entries cost every node fewer disk writes, fsyncs and replication
+// messages per write. One or two callers are never held.
+const maxHold = 4 * time.Millisecond
+
+// holdTarget is how many commands the flusher waits for: seven eighths of
+// those of the entry just committed (their callers are expected back) and
+// of those already waiting, rounded down, so one or two callers are never
+// held.
+func holdTarget(answered, waiting int) int {
+	return min(7*(answered+waiting)/8, maxBatch)
+}
+
 // flush runs the flusher until shutdown.
 func (n *Node) flush() {
 	batch := make([]*proposal, 0, maxBatch)
 	cmds := make([]fsm.Command, 0, maxBatch)
+	take := func(p *proposal) {
+		if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
+			batch = append(batch, p)
+			cmds = append(cmds, p.cmds...)
+		}
+	}
+	held := time.NewTimer(time.Hour)
+	held.Stop()
+	answered, lastCommit := 0, time.Duration(0)
 	for {
 		clear(batch) // what was proposed is not kept alive here
 		clear(cmds)
@@ -61,27 +90,38 @@ func (n *Node) flush() {
 		case <-n.shutdownCh:
 			return
 		case p := <-n.proposeCh:
-			if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
-				batch = append(batch, p)
-				cmds = append(cmds, p.cmds...)
-			}
+			take(p)
 		}
 	drain:
 		for len(cmds) < maxBatch {
 			select {
 			case p := <-n.proposeCh:
-				if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
-					batch = append(batch, p)
-					cmds = append(cmds, p.cmds...)
-				}
+				take(p)
 			default:
 				break drain
 			}
 		}
+		if want := holdTarget(answered, len(cmds)); len(cmds) < want && lastCommit > 0 {
+			held.Reset(min(lastCommit, maxHold))
+		hold:
+			for len(cmds) < want {
+				select {
+				case p := <-n.proposeCh:
+					take(p)
+				case <-held.C:
+					break hold
+				case <-n.shutdownCh:
+					break hold
+				}
+			}
+			held.Stop()
+		}
 		if len(batch) == 0 {
 			continue
 		}
+		start := time.Now()
 		n.commit(batch, len(cmds), fsm.Entry(cmds))
+		answered, lastCommit = len(cmds), time.Since(start)
 	}
 }
 

@@ -565,3 +565,30 @@ func TestStatusNamesOwnAddressBeforeReplay(t *testing.T) {
 	waitReadyLeader(t, n)
 	check("once leading")
 }
+
+// TestHoldTarget: the flusher holds an entry back only for callers it
+// expects: never for a lone caller, nor for callers that alternate, and
+// under load for most of the last entry's callers, within maxBatch.
+func TestHoldTarget(t *testing.T) {
+	for _, tc := range []struct {
+		answered, waiting int
+		held              bool
+	}{
+		{0, 1, false},  // the first write after a quiet spell
+		{1, 1, false},  // a lone caller, back after its answer
+		{1, 0, false},  // (never asked: the flusher holds a proposal first)
+		{2, 1, true},   // two callers answered together: wait for the other
+		{27, 27, true}, // 64 callers in two halves: merge them
+		{56, 8, true},  // the 56 answered are expected back
+		{8, 56, false}, // most callers are here already
+		{100, 100, true},
+	} {
+		want := holdTarget(tc.answered, tc.waiting)
+		if held := tc.waiting < want; held != tc.held {
+			t.Errorf("answered %d, waiting %d: target %d, held %v, want %v", tc.answered, tc.waiting, want, held, tc.held)
+		}
+		if want > maxBatch {
+			t.Errorf("answered %d, waiting %d: target %d beyond maxBatch", tc.answered, tc.waiting, want)
+		}
+	}
+}
