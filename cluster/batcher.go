@@ -128,6 +128,10 @@ func (n *Node) flush() {
 // commit applies one entry of parts commands and hands each proposal its
 // results.
 func (n *Node) commit(batch []*proposal, parts int, data []byte) {
+	// Results are built for this term's entries from here on (see
+	// fsm.FSM.ResultsFrom); the flusher proposes one entry at a time, so no
+	// entry of an earlier term it proposed still waits for a result.
+	n.fsm.ResultsFrom(n.raft.CurrentTerm())
 	f := n.raft.Apply(data, n.cfg.ProposeTimeout)
 	if err := f.Error(); err != nil {
 		mapped := n.proposalError(err)

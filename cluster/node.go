@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -75,6 +76,8 @@ func Open(cfg Config) (*Node, error) {
 		proposeCh:  make(chan *proposal, 4*maxBatch),
 		shutdownCh: make(chan struct{}),
 	}
+	// No results until this node proposes: the flusher says from which term.
+	n.fsm.ResultsFrom(math.MaxUint64)
 	n.storage = newStorageHealth(cfg.DataDir, n.log.Named("storage"), cfg.Now)
 	if err := n.openStores(); err != nil {
 		n.closeStores()

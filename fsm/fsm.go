@@ -19,7 +19,20 @@ type FSM struct {
 	// level mirrors st.level, set under mu after every change, so that the
 	// level check of every write reads it without taking mu.
 	level atomic.Uint32
+	// resultsFrom is the first term whose entries' results Apply builds
+	// (ResultsFrom).
+	resultsFrom atomic.Uint64
 }
+
+// ResultsFrom makes Apply build results only for the entries of term and
+// later terms (a new state machine builds every entry's); for the others
+// Apply returns nil. Only the node that proposed an entry waits for its
+// result, and only the leader of a term proposes entries of that term: a
+// node sets the term it is about to propose in, or math.MaxUint64 while it
+// proposes nothing, and its followers' replicas then apply each command
+// without building an answer nobody reads. The state changes alike either
+// way; only what Apply returns differs.
+func (f *FSM) ResultsFrom(term uint64) { f.resultsFrom.Store(term) }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
 
@@ -49,13 +62,16 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		cmds[i] = c
 	}
 	out := make([]interface{}, len(logs))
+	from := f.resultsFrom.Load()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, c := range cmds {
 		if c != nil {
+			f.st.quiet = logs[i].Term < from
 			out[i] = f.st.apply(c)
 		}
 	}
+	f.st.quiet = false
 	f.level.Store(f.st.level)
 	return out
 }
@@ -78,60 +94,48 @@ func (s *state) apply(c Command) interface{} {
 	// A batch's own stamp is 0; its commands advance the clock themselves.
 	switch c := c.(type) {
 	case *LeaseAcquire:
-		r := s.applyLeaseAcquire(c)
-		return &r
+		return result(s, s.applyLeaseAcquire(c))
 	case *LeaseRenew:
-		r := s.applyLeaseRenew(c)
-		return &r
+		return result(s, s.applyLeaseRenew(c))
 	case *LeaseRelease:
-		r := s.applyLeaseRelease(c)
-		return &r
+		return result(s, s.applyLeaseRelease(c))
 	case *LeaseComplete:
-		r := s.applyLeaseComplete(c)
-		return &r
+		return result(s, s.applyLeaseComplete(c))
 	case *LeaseCheckpoint:
-		r := s.applyLeaseCheckpoint(c)
-		return &r
+		return result(s, s.applyLeaseCheckpoint(c))
 	case *QueueCreate:
-		r := s.applyQueueCreate(c)
-		return &r
+		return result(s, s.applyQueueCreate(c))
 	case *JobEnqueue:
-		r := s.applyJobEnqueue(c)
-		return &r
+		return result(s, s.applyJobEnqueue(c))
 	case *JobClaim:
-		r := s.applyJobClaim(c)
-		return &r
+		return result(s, s.applyJobClaim(c))
 	case *JobAck:
-		r := s.applyJobAck(c)
-		return &r
+		return result(s, s.applyJobAck(c))
 	case *JobRelease:
-		r := s.applyJobRelease(c)
-		return &r
+		return result(s, s.applyJobRelease(c))
 	case *JobRenew:
-		r := s.applyJobRenew(c)
-		return &r
+		return result(s, s.applyJobRenew(c))
 	case *JobRetry:
-		r := s.applyJobRetry(c)
-		return &r
+		return result(s, s.applyJobRetry(c))
 	case *Sweep:
-		r := s.applySweep(c)
-		return &r
+		return result(s, s.applySweep(c))
 	case *SetSettings:
-		r := s.applySetSettings(c)
-		return &r
+		return result(s, s.applySetSettings(c))
 	case *SetNode:
-		r := s.applySetNode(c)
-		return &r
+		return result(s, s.applySetNode(c))
 	case *RemoveNode:
-		r := s.applyRemoveNode(c)
-		return &r
+		return result(s, s.applyRemoveNode(c))
 	case *FenceFloor:
-		r := s.applyFenceFloor(c)
-		return &r
+		return result(s, s.applyFenceFloor(c))
 	case *SetLevel:
-		r := s.applySetLevel(c)
-		return &r
+		return result(s, s.applySetLevel(c))
 	case *Batch:
+		if s.quiet {
+			for _, sub := range c.Commands {
+				s.apply(sub)
+			}
+			return nil
+		}
 		r := &BatchResult{Results: make([]interface{}, len(c.Commands))}
 		for i, sub := range c.Commands {
 			r.Results[i] = s.apply(sub)
@@ -139,6 +143,17 @@ func (s *state) apply(c Command) interface{} {
 		return r
 	}
 	panic(fmt.Sprintf("holdfast fsm: no handler for command type %d", c.Type()))
+}
+
+// result boxes a command's result for Apply to return, or is nil when no
+// caller waits for it (state.quiet).
+func result[T any](s *state, r T) interface{} {
+	if s.quiet {
+		return nil
+	}
+	p := new(T)
+	*p = r
+	return p
 }
 
 func (s *state) applySetSettings(c *SetSettings) SettingsResult {

@@ -115,7 +115,7 @@ func (s *state) queueView(q *queue, now int64) QueueView {
 // (see QueueResult.Queue): no answer to a job operation shows them.
 func (s *state) queueResult(o QueueOutcome, q *queue, j *job) QueueResult {
 	r := QueueResult{Outcome: o, Now: s.clock}
-	if q != nil {
+	if q != nil && !s.quiet {
 		r.Queue = queueHeader(q)
 		if j != nil {
 			r.Job = s.jobView(q, j, s.clock)

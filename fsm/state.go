@@ -85,6 +85,10 @@ type client struct {
 // state is the replicated state. Everything but epoch and timers is part of
 // the snapshot; timers are derived from the records on restore.
 type state struct {
+	// quiet is set while applying an entry whose result no caller waits
+	// for (see FSM.ProposingIn): the answers' views are not built. It
+	// changes nothing else.
+	quiet    bool
 	clock    int64
 	fencing  uint64
 	settings Settings
