@@ -101,7 +101,7 @@ func teeth(nodes int, d time.Duration) Scenario {
 // matrix is the CI matrix: each workload under each relevant nemesis, with
 // 3 and 5 nodes.
 func matrix() []Scenario {
-	const d = 55 * time.Second
+	const d = 50 * time.Second
 	var out []Scenario
 	add := func(workload string, nemeses ...string) {
 		for _, n := range nemeses {
