@@ -42,6 +42,19 @@ func apiCall(b *testing.B, method, url, token, body string, want int) map[string
 // its ack.
 func BenchmarkAPI(b *testing.B) {
 	nodes := startCluster(b, io.Discard)
+	// Every queue comes from 127.0.0.1: lift the per-client quota, so that
+	// -count and -benchtime may ask for as many as they need.
+	req, err := http.NewRequest(http.MethodPut, nodes[0].url+"/cluster/settings", strings.NewReader(`{"queues_per_client":100000000}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Holdfast-Cluster-Key", "mcp-test-cluster-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("raising queues_per_client: %v %v", resp, err)
+	}
+	resp.Body.Close()
 	for _, n := range []struct {
 		name string
 		url  string
