@@ -157,7 +157,9 @@ func (n *Node) commit(batch []*proposal, parts int, data []byte) {
 	}
 	at := 0
 	for _, p := range batch {
-		p.done <- proposalResult{resps: br.Results[at : at+len(p.cmds)]}
-		at += len(p.cmds)
+		// Nothing of p may be read after the send: its waiter reuses it.
+		n := len(p.cmds)
+		p.done <- proposalResult{resps: br.Results[at : at+n]}
+		at += n
 	}
 }
