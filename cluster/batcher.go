@@ -54,17 +54,18 @@ type proposalResult struct {
 // answers as it applies, and under load most of them send their next write
 // at once. Proposed at once, the next entry would carry only the writes
 // that gathered while the last one committed, about half of the callers;
-// so while fewer than holdTarget commands are waiting, the flusher waits
-// for more, at most as long as the last entry took to commit (so a write
+// so while fewer than holdTarget proposals (callers) are waiting, the
+// flusher waits for more, at most as long as the last entry took to commit (so a write
 // waits at most one commit more) and never more than maxHold. Fewer,
 // larger entries cost every node fewer disk writes, fsyncs and replication
 // messages per write. One or two callers are never held.
 const maxHold = 4 * time.Millisecond
 
-// holdTarget is how many commands the flusher waits for: seven eighths of
+// holdTarget is how many proposals the flusher waits for: seven eighths of
 // those of the entry just committed (their callers are expected back) and
 // of those already waiting, rounded down, so one or two callers are never
-// held.
+// held. Proposals, not commands, are counted: a hand-over is one caller's
+// two commands.
 func holdTarget(answered, waiting int) int {
 	return min(7*(answered+waiting)/8, maxBatch)
 }
@@ -101,10 +102,10 @@ func (n *Node) flush() {
 				break drain
 			}
 		}
-		if want := holdTarget(answered, len(cmds)); len(cmds) < want && lastCommit > 0 {
+		if want := holdTarget(answered, len(batch)); len(batch) < want && lastCommit > 0 {
 			held.Reset(min(lastCommit, maxHold))
 		hold:
-			for len(cmds) < want {
+			for len(batch) < want && len(cmds) < maxBatch {
 				select {
 				case p := <-n.proposeCh:
 					take(p)
@@ -121,7 +122,7 @@ func (n *Node) flush() {
 		}
 		start := time.Now()
 		n.commit(batch, len(cmds), fsm.Entry(cmds))
-		answered, lastCommit = len(cmds), time.Since(start)
+		answered, lastCommit = len(batch), time.Since(start)
 	}
 }
 
