@@ -13,10 +13,10 @@ import (
 // and waits for it to apply. While that entry commits, the next proposals
 // gather, so concurrent writes share an entry, a disk write and an fsync on
 // every node, and a lone write is proposed at once (see holdTarget for when
-// the next entry waits for more). One entry in flight
-// makes the batches as large as the load allows; several flushers would
-// split the same writes into more, smaller entries, each with its own disk
-// writes and fsyncs on every node.
+// the next entry waits for more). One entry in flight makes the batches as
+// large as the load allows; several flushers would split the same writes
+// into more, smaller entries, each with its own disk writes and fsyncs on
+// every node.
 const maxBatch = 128
 
 // Proposal states: a waiter that gives up can withdraw its proposal only
@@ -29,9 +29,9 @@ const (
 
 // proposal is one or more commands that must be applied together, in
 // order, in one entry (a hand-over: a release and the acquire of the key's
-// longest waiter). Proposals are reused (proposalPool) once their waiter has
-// received the result; one whose waiter gave up is left to the collector,
-// since the flusher may still send it a result.
+// longest waiter). Proposals are reused (Node.proposals) once their waiter
+// has received the result; one whose waiter gave up is left to the
+// collector, since the flusher may still send it a result.
 type proposal struct {
 	cmds  []fsm.Command
 	state atomic.Int32
@@ -55,10 +55,10 @@ type proposalResult struct {
 // at once. Proposed at once, the next entry would carry only the writes
 // that gathered while the last one committed, about half of the callers;
 // so while fewer than holdTarget proposals (callers) are waiting, the
-// flusher waits for more, at most as long as the last entry took to commit (so a write
-// waits at most one commit more) and never more than maxHold. Fewer,
-// larger entries cost every node fewer disk writes, fsyncs and replication
-// messages per write. One or two callers are never held.
+// flusher waits for more, at most as long as the last entry took to commit
+// (so a write waits at most one commit more) and never more than maxHold.
+// Fewer, larger entries cost every node fewer disk writes, fsyncs and
+// replication messages per write. One or two callers are never held.
 const maxHold = 4 * time.Millisecond
 
 // holdTarget is how many proposals the flusher waits for: seven eighths of
