@@ -39,8 +39,9 @@ func plantedBugs() []Scenario {
 		// clock offset): replicas diverge.
 		bug("holdfast_bug_local_clock", WorkloadLease, NemesisClock, 30*time.Second, "state hash divergence"),
 		// A release hands the lease to its two longest waiters: both get a
-		// grant with the same fence.
-		bug("holdfast_bug_double_handover", WorkloadLease, NemesisNone, 30*time.Second, "duplicate fences, overlapping grants"),
+		// grant with the same fence. Two keys for six workers, so a release
+		// seldom finds fewer than two waiters.
+		hotKeys(bug("holdfast_bug_double_handover", WorkloadLease, NemesisNone, 30*time.Second, "duplicate fences, overlapping grants")),
 		// The level rises as soon as a new build leads, without waiting for
 		// the members: the baseline member rejoining from an upgraded
 		// leader cannot read its snapshot or its entries.
@@ -76,6 +77,12 @@ func upgrades() []Scenario {
 // dozen entries, so a joiner is sent a snapshot.
 func compactOften(sc Scenario) Scenario {
 	return withArgs(sc, "--snapshot-threshold", strconv.Itoa(compactThreshold), "--trailing-logs", strconv.Itoa(compactTrailing))
+}
+
+// hotKeys makes the lease workload's workers share two keys per epoch.
+func hotKeys(sc Scenario) Scenario {
+	sc.Keys = 2
+	return sc
 }
 
 // withTLS runs sc with TLS on every link.

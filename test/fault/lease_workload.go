@@ -54,7 +54,11 @@ type leaseWorkload struct {
 }
 
 func newLeaseWorkload(r *run, store *FencedStore) *leaseWorkload {
-	return &leaseWorkload{r: r, store: store, workers: 2 * r.sc.Nodes, keysPerEpoch: r.sc.Nodes + 2, epoch: 10 * time.Second,
+	keys := r.sc.Keys
+	if keys == 0 {
+		keys = r.sc.Nodes + 2
+	}
+	return &leaseWorkload{r: r, store: store, workers: 2 * r.sc.Nodes, keysPerEpoch: keys, epoch: 10 * time.Second,
 		keys: map[string]bool{}, stale: map[string]bool{}, done: map[string]bool{}}
 }
 

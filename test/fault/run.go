@@ -136,6 +136,9 @@ type Scenario struct {
 	// link between nodes is mutual TLS (the fault proxies pass it through
 	// unchanged) and the clients speak HTTPS.
 	TLS bool
+	// Keys is how many keys the lease workload's workers share per epoch
+	// (0: the nodes plus two); fewer keys, more waiters on each.
+	Keys int
 }
 
 // estimate is the time the scenario is expected to take, for the budget.
