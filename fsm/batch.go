@@ -29,7 +29,7 @@ func (*Batch) Stamp() int64 { return 0 }
 func (c *Batch) encodeBody(e *wire.Encoder) {
 	e.Uvarint(uint64(len(c.Commands)))
 	for _, sub := range c.Commands {
-		e.Blob(Encode(sub))
+		AppendBlob(e, sub)
 	}
 }
 
@@ -83,23 +83,13 @@ func EncodeBatch(encoded [][]byte) []byte {
 // Entry returns the log-entry bytes of cmds, which holds at least one
 // command: the command itself when there is one, otherwise a Batch of them.
 // The bytes are those of Encode for one command and of EncodeBatch over
-// Encode for several, but each command is encoded straight into the entry.
+// Encode for several; a Batch encodes each command straight into the entry
+// (AppendBlob).
 func Entry(cmds []Command) []byte {
 	if len(cmds) == 1 {
 		return Encode(cmds[0])
 	}
-	size := 8
-	for _, c := range cmds {
-		size += SizeHint(c) + 4
-	}
-	e := wire.NewEncoder(make([]byte, 0, size))
-	e.Byte(byte(TypeBatch))
-	e.Byte(bodyVersion)
-	e.Uvarint(uint64(len(cmds)))
-	for _, c := range cmds {
-		AppendBlob(e, c)
-	}
-	return e.Bytes()
+	return Encode(&Batch{Commands: cmds})
 }
 
 // AppendBlob appends Encode(c) to e as a length-prefixed byte string (as

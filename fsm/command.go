@@ -583,6 +583,10 @@ func SizeHint(c Command) int {
 		size += len(c.Result)
 	case *LeaseCheckpoint:
 		size += len(c.Checkpoint)
+	case *Batch:
+		for _, sub := range c.Commands {
+			size += SizeHint(sub) + 4
+		}
 	}
 	return size
 }
