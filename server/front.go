@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -349,6 +350,15 @@ func (fc *frontConn) setReadBy(t time.Time) {
 	}
 }
 
+// yieldBeforeRead lets the goroutines that are ready to run go first before
+// a connection that has answered reads its next request. A client sends its
+// next request only once it has read the answer, so a read made at once
+// finds nothing: it costs a system call that fails, and parks the goroutine
+// until the poller wakes it. The answers of one committed entry are written
+// by many goroutines made ready together; once they have run, most clients
+// have sent again and the read finds the request.
+func yieldBeforeRead() { runtime.Gosched() }
+
 // fill reads more bytes into the buffer.
 func (fc *frontConn) fill() error {
 	if len(fc.buf) == cap(fc.buf) {
@@ -372,6 +382,9 @@ func (fc *frontConn) fill() error {
 func (fc *frontConn) readRequest() (*frontRequest, error) {
 	srv := fc.f.hs
 	fc.setReadBy(deadline(time.Now(), srv.IdleTimeout, srv.ReadTimeout))
+	if len(fc.buf) == 0 {
+		yieldBeforeRead()
+	}
 	for len(fc.buf) == 0 {
 		if err := fc.fill(); err != nil {
 			return nil, err

@@ -8,7 +8,8 @@
 # holdfastload client on the other CPUs with 64 workers, takes a 15 s CPU
 # profile of the leader and of a follower in the middle of the run, and
 # prints each node's CPU per operation split by component
-# (test/perf/cpu-share.py), and each node's CPU per operation from /proc.
+# (test/perf/cpu-share.py), and each node's CPU and read and write system
+# calls per operation from /proc.
 # With LEADER_ONLY=1 every client talks to the leader, so the followers
 # serve no client requests. With STRACE=1 it also counts each node's
 # system calls for 5 s (strace -c, in OUT). With ALLOCS=1 it also keeps the
@@ -71,6 +72,8 @@ for i in 0 1 2; do
 done
 # cpu PID...: the CPU seconds (user + system) each process has used.
 cpu() { for p in "$@"; do awk -v t="$(getconf CLK_TCK)" '{ printf "%s ", ($14 + $15) / t }' "/proc/$p/stat"; done; }
+# calls PID...: the read and write system calls each process has made.
+calls() { for p in "$@"; do awk '/^sysc[rw]:/ { printf "%s ", $2 }' "/proc/$p/io"; done; }
 roles=""
 for i in 0 1 2; do
 	a=127.0.0.1:$((BASE + i))
@@ -98,6 +101,7 @@ for w in "${WORKLOADS[@]}"; do
 		curl -s -o "$OUT/$w-follower.allocs0.pprof" "http://$follower/debug/pprof/allocs"
 	fi
 	cpu0=$(cpu "${PIDS[@]}")
+	calls0=$(calls "${PIDS[@]}")
 	t0=$(date +%s.%N)
 	curl -s -o "$OUT/$w-leader.pprof" "http://$leader/debug/pprof/profile?seconds=15" &
 	p1=$!
@@ -105,6 +109,7 @@ for w in "${WORKLOADS[@]}"; do
 	p2=$!
 	wait "$p1" "$p2"
 	cpu1=$(cpu "${PIDS[@]}")
+	calls1=$(calls "${PIDS[@]}")
 	t1=$(date +%s.%N)
 	if [ -n "${ALLOCS:-}" ]; then
 		curl -s -o "$OUT/$w-leader.allocs.pprof" "http://$leader/debug/pprof/allocs"
@@ -133,5 +138,13 @@ ops, secs = float(sys.argv[3]), float(sys.argv[5]) - float(sys.argv[4])
 roles = sys.argv[6].split(',')
 print('server CPU per operation (/proc, the profiles\' window): ' + ', '.join(f'{r} {1e6 * (y - x) / (ops * secs):.1f} us' for r, x, y in zip(roles, a, b)))
 " "$cpu0" "$cpu1" "$ops" "$t0" "$t1" "$roles"
+	# Each node's read and write system calls per operation, from /proc.
+	python3 -c "
+import sys
+a, b = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()]
+n = float(sys.argv[3]) * (float(sys.argv[5]) - float(sys.argv[4]))
+roles = sys.argv[6].split(',')
+print('system calls per operation (/proc, reads/writes): ' + ', '.join(f'{r} {(b[2*i] - a[2*i]) / n:.2f}/{(b[2*i+1] - a[2*i+1]) / n:.2f}' for i, r in enumerate(roles)))
+" "$calls0" "$calls1" "$ops" "$t0" "$t1" "$roles"
 	python3 test/perf/cpu-share.py --ops "$(python3 -c "print(float('$ops')*15)")" "$OUT/holdfast" "$OUT/$w-leader.pprof" "$OUT/$w-follower.pprof"
 done
