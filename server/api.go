@@ -276,7 +276,7 @@ func (s *Server) waitingContext(c call, wait time.Duration) (context.Context, co
 	return context.WithTimeout(c.Context(), s.cfg.RequestTimeout+wait)
 }
 
-// callContext bounds a call's work.
+// callContext bounds a call's work by the request timeout.
 func (s *Server) callContext(c call) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.Context(), s.cfg.RequestTimeout)
+	return c.Bounded(s.cfg.RequestTimeout)
 }

@@ -236,6 +236,9 @@ type frontConn struct {
 	// req and call are the request being served, kept between requests.
 	req  frontRequest
 	call frontCall
+	// bound is the context of the calls bounded by the request timeout
+	// alone, reused from call to call.
+	bound callDeadline
 }
 
 // errHandOff ends the front's reading of a connection: net/http takes it.
@@ -245,6 +248,7 @@ var errHandOff = errors.New("handed to net/http")
 // over.
 func (fc *frontConn) serve() {
 	defer fc.f.untrack(fc)
+	defer fc.bound.stop()
 	defer func() {
 		if rec := recover(); rec != nil {
 			fc.f.s.log.Error("front panic", "panic", rec)
@@ -485,6 +489,7 @@ type frontCall struct {
 	fc        *frontConn
 	req       *frontRequest
 	ctx       context.Context
+	bare      bool // ctx is context.Background: no caller deadline
 	status    int
 	wrote     bool
 	handedOff bool
@@ -505,6 +510,7 @@ func (c *frontCall) serve(start time.Time) {
 		}
 	}()
 	ctx := context.Background()
+	c.bare = !c.req.hasTO
 	if c.req.hasTO {
 		ms, err := strconv.ParseInt(c.req.timeout, 10, 64)
 		if err != nil || ms < 1 || ms > client.MaxTimeoutMillis {
@@ -564,6 +570,15 @@ func (c *frontCall) Body(int64) ([]byte, error) { return c.req.body, nil }
 func (c *frontCall) ContentLength() int64 { return int64(len(c.req.body)) }
 
 func (c *frontCall) Context() context.Context { return c.ctx }
+
+// Bounded is the call's context bounded by timeout; a call without a
+// caller's deadline uses the connection's reused one.
+func (c *frontCall) Bounded(timeout time.Duration) (context.Context, context.CancelFunc) {
+	if c.bare {
+		return c.fc.bound.begin(timeout)
+	}
+	return context.WithTimeout(c.ctx, timeout)
+}
 
 func (c *frontCall) ClientIP() string { return remoteIP(c.fc.conn.RemoteAddr().String()) }
 
