@@ -63,28 +63,9 @@ func (c *Batch) valid() error {
 	return nil
 }
 
-// EncodeBatch returns the log-entry bytes of a batch whose commands are
-// already encoded (as by Encode), without decoding them again.
-func EncodeBatch(encoded [][]byte) []byte {
-	size := 8
-	for _, b := range encoded {
-		size += len(b) + 4
-	}
-	e := wire.NewEncoder(make([]byte, 0, size))
-	e.Byte(byte(TypeBatch))
-	e.Byte(bodyVersion)
-	e.Uvarint(uint64(len(encoded)))
-	for _, b := range encoded {
-		e.Blob(b)
-	}
-	return e.Bytes()
-}
-
 // Entry returns the log-entry bytes of cmds, which holds at least one
 // command: the command itself when there is one, otherwise a Batch of them.
-// The bytes are those of Encode for one command and of EncodeBatch over
-// Encode for several; a Batch encodes each command straight into the entry
-// (AppendBlob).
+// A Batch encodes each command straight into the entry (AppendBlob).
 func Entry(cmds []Command) []byte {
 	if len(cmds) == 1 {
 		return Encode(cmds[0])

@@ -56,8 +56,8 @@ func FuzzDecode(f *testing.F) {
 		f.Add(encoded[i])
 		f.Add(encoded[i][:len(encoded[i])-1])
 	}
-	f.Add(EncodeBatch(encoded))
-	f.Add(EncodeBatch([][]byte{encoded[0], EncodeBatch(encoded[1:2])}))
+	f.Add(encodeBatch(encoded))
+	f.Add(encodeBatch([][]byte{encoded[0], encodeBatch(encoded[1:2])}))
 	f.Add([]byte{byte(TypeBatch), bodyVersion, 0})
 	f.Add([]byte{byte(TypeSetSettings), bodyVersion, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {

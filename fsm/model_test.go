@@ -211,7 +211,7 @@ func TestModelReplicasAgree(t *testing.T) {
 				for k := range enc {
 					enc[k] = Encode(cmds[i+k])
 				}
-				out := d.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: EncodeBatch(enc)}).(*BatchResult)
+				out := d.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: encodeBatch(enc)}).(*BatchResult)
 				for k, r := range out.Results {
 					if !reflect.DeepEqual(r, resA[i+k]) {
 						t.Fatalf("step %d: result inside a batch differs", i+k)
@@ -231,7 +231,7 @@ func TestModelReplicasAgree(t *testing.T) {
 				for k := range enc {
 					enc[k] = Encode(cmds[i+k])
 				}
-				out := e.Apply(&raft.Log{Index: uint64(i + 1), Term: term, Type: raft.LogCommand, Data: EncodeBatch(enc)})
+				out := e.Apply(&raft.Log{Index: uint64(i + 1), Term: term, Type: raft.LogCommand, Data: encodeBatch(enc)})
 				if term < 2 && out != nil {
 					t.Fatalf("step %d: a result built for an entry of term %d", i, term)
 				}
@@ -333,14 +333,14 @@ func normalize(c Command) Command {
 }
 
 func TestBatchRejectsNesting(t *testing.T) {
-	inner := EncodeBatch([][]byte{Encode(&Sweep{Now: 1, Limit: 1})})
-	if _, err := Decode(EncodeBatch([][]byte{inner})); err == nil {
+	inner := encodeBatch([][]byte{Encode(&Sweep{Now: 1, Limit: 1})})
+	if _, err := Decode(encodeBatch([][]byte{inner})); err == nil {
 		t.Fatal("a nested batch decoded")
 	}
-	if _, err := Decode(EncodeBatch([][]byte{{byte(TypeSweep), 1}})); err == nil {
+	if _, err := Decode(encodeBatch([][]byte{{byte(TypeSweep), 1}})); err == nil {
 		t.Fatal("a batch with a truncated command decoded")
 	}
-	c, err := Decode(EncodeBatch([][]byte{Encode(&Sweep{Now: 1, Limit: 1}), Encode(&RemoveNode{Now: 2, ID: "x"})}))
+	c, err := Decode(encodeBatch([][]byte{Encode(&Sweep{Now: 1, Limit: 1}), Encode(&RemoveNode{Now: 2, ID: "x"})}))
 	if err != nil || len(c.(*Batch).Commands) != 2 {
 		t.Fatalf("valid batch: %v", err)
 	}

@@ -50,11 +50,11 @@ func (g ginCall) Query(name string) (string, bool) { return g.c.GetQuery(name) }
 func (g ginCall) ContentLength() int64             { return g.c.Request.ContentLength }
 func (g ginCall) Context() context.Context         { return g.c.Request.Context() }
 func (g ginCall) ClientIP() string                 { return g.s.clientIP(g.c) }
+func (g ginCall) Reply(r reply)                    { r.write(g.c) }
 
 func (g ginCall) Bounded(timeout time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(g.c.Request.Context(), timeout)
 }
-func (g ginCall) Reply(r reply) { r.write(g.c) }
 
 func (g ginCall) ExtendWrite(t time.Time) {
 	_ = http.NewResponseController(g.c.Writer).SetWriteDeadline(t)

@@ -49,7 +49,7 @@ func (d *callDeadline) begin(timeout time.Duration) (context.Context, context.Ca
 func (d *callDeadline) expire() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.err == nil && d.done != nil && !time.Now().Before(d.deadline) {
+	if d.err == nil && !time.Now().Before(d.deadline) {
 		d.err = context.DeadlineExceeded
 		close(d.done)
 	}

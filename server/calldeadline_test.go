@@ -18,6 +18,13 @@ func TestCallDeadlineExpires(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("err %v before the deadline", ctx.Err())
 	}
+	waitDeadlineExceeded(t, ctx)
+}
+
+// waitDeadlineExceeded waits for ctx, whose deadline is 20ms away, to end
+// with context.DeadlineExceeded.
+func waitDeadlineExceeded(t *testing.T, ctx context.Context) {
+	t.Helper()
 	select {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
@@ -87,12 +94,33 @@ func TestCallDeadlineDerived(t *testing.T) {
 	defer end()
 	child, cancel := context.WithCancel(ctx)
 	defer cancel()
-	select {
-	case <-child.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("a derived context outlived the call's deadline")
+	waitDeadlineExceeded(t, child)
+}
+
+// A front call without a caller's timeout is bounded by its connection's
+// reused deadline, one with X-Holdfast-Timeout by a context of its own;
+// both end at the timeout asked for.
+func TestFrontCallBounded(t *testing.T) {
+	fc := &frontConn{}
+	defer fc.bound.stop()
+	c := &frontCall{fc: fc, req: &frontRequest{}, ctx: context.Background()}
+	ctx, end := c.Bounded(time.Hour)
+	if ctx != context.Context(&fc.bound) {
+		t.Fatal("a call without a caller's timeout does not use the connection's deadline")
 	}
-	if !errors.Is(child.Err(), context.DeadlineExceeded) {
-		t.Fatalf("derived err %v", child.Err())
+	if at, ok := ctx.Deadline(); !ok || time.Until(at) < 59*time.Minute || time.Until(at) > time.Hour {
+		t.Fatalf("deadline %v %v, want an hour from now", at, ok)
 	}
+	end()
+	ctx, end = c.Bounded(20 * time.Millisecond)
+	waitDeadlineExceeded(t, ctx)
+	end()
+
+	c.req.hasTO = true
+	ctx, end = c.Bounded(20 * time.Millisecond)
+	defer end()
+	if ctx == context.Context(&fc.bound) {
+		t.Fatal("a call with a caller's timeout uses the connection's deadline")
+	}
+	waitDeadlineExceeded(t, ctx)
 }

@@ -489,7 +489,6 @@ type frontCall struct {
 	fc        *frontConn
 	req       *frontRequest
 	ctx       context.Context
-	bare      bool // ctx is context.Background: no caller deadline
 	status    int
 	wrote     bool
 	handedOff bool
@@ -510,7 +509,6 @@ func (c *frontCall) serve(start time.Time) {
 		}
 	}()
 	ctx := context.Background()
-	c.bare = !c.req.hasTO
 	if c.req.hasTO {
 		ms, err := strconv.ParseInt(c.req.timeout, 10, 64)
 		if err != nil || ms < 1 || ms > client.MaxTimeoutMillis {
@@ -574,7 +572,7 @@ func (c *frontCall) Context() context.Context { return c.ctx }
 // Bounded is the call's context bounded by timeout; a call without a
 // caller's deadline uses the connection's reused one.
 func (c *frontCall) Bounded(timeout time.Duration) (context.Context, context.CancelFunc) {
-	if c.bare {
+	if !c.req.hasTO {
 		return c.fc.bound.begin(timeout)
 	}
 	return context.WithTimeout(c.ctx, timeout)
