@@ -298,14 +298,12 @@ func Serve(ctx context.Context, conn net.Conn, br *bufio.Reader, maxInFlight int
 		}
 		if len(payload) == 0 { // a cancel frame
 			if queued := d.cancel(id); queued != nil {
-				w.send(id, busy(queued.ctx, queued.payload, nil))
+				w.send(id, busy(ctx, queued.payload, nil))
 			}
 			continue
 		}
 		c := &serverCall{id: id, payload: payload}
-		c.ctx, c.cancel = context.WithCancel(ctx)
 		if !d.submit(c) {
-			c.cancel()
 			w.send(id, busy(ctx, payload, nil))
 		}
 	}
@@ -355,13 +353,15 @@ func (d *dispatcher) cancel(id uint64) *serverCall {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c, ok := d.running[id]; ok {
-		c.cancel()
+		c.cancelled = true
+		if c.stop != nil {
+			c.stop()
+		}
 		return nil
 	}
 	for i, c := range d.waiting {
 		if c.id == id {
 			d.waiting = append(d.waiting[:i], d.waiting[i+1:]...)
-			c.cancel()
 			return c
 		}
 	}
@@ -369,19 +369,32 @@ func (d *dispatcher) cancel(id uint64) *serverCall {
 }
 
 // work answers calls: first, then any that waited, then those handed to it
-// while idle, until the link ends.
+// while idle, until the link ends. Its calls share one context, made again
+// only after a cancel frame has ended it: a call is answered before the
+// next one starts, and a cancel frame finds its call among the running
+// ones only until the worker has taken it out, under d.mu.
 func (d *dispatcher) work(first *serverCall) {
 	defer d.wg.Done()
+	wc := d.workerContext()
+	defer func() { wc.stop() }()
 	var buf []byte // the answers' buffer: send copies each answer out
 	for c := first; ; {
-		answer := d.h(c.ctx, c.payload, buf[:0])
-		c.cancel()
+		d.mu.Lock()
+		c.stop = wc.stop
+		if c.cancelled {
+			wc.stop() // its cancel frame came before this worker took it
+		}
+		d.mu.Unlock()
+		answer := d.h(wc.ctx, c.payload, buf[:0])
 		d.w.send(c.id, answer)
 		if cap(answer) <= 64<<10 {
 			buf = answer
 		}
 		d.mu.Lock()
 		delete(d.running, c.id)
+		if wc.ctx.Err() != nil && d.ctx.Err() == nil {
+			wc = d.workerContext() // a cancel frame ended the last one
+		}
 		if len(d.waiting) > 0 {
 			c = d.waiting[0]
 			d.waiting[0] = nil
@@ -399,11 +412,28 @@ func (d *dispatcher) work(first *serverCall) {
 	}
 }
 
+// workerContext is the context a worker's calls share, and its cancel.
+type workerContext struct {
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+func (d *dispatcher) workerContext() workerContext {
+	ctx, stop := context.WithCancel(d.ctx)
+	return workerContext{ctx: ctx, stop: stop}
+}
+
+// serverCall is one call read from the link. Its fields other than id and
+// payload are guarded by dispatcher.mu.
 type serverCall struct {
 	id      uint64
 	payload []byte
-	ctx     context.Context
-	cancel  context.CancelFunc
+	// cancelled is set by the call's cancel frame while it runs or is
+	// handed to a worker.
+	cancelled bool
+	// stop cancels the context of the worker running the call, once one
+	// has taken it.
+	stop context.CancelFunc
 }
 
 // serverWriter gathers answers and writes those that are ready together.
