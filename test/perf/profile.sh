@@ -8,14 +8,16 @@
 # holdfastload client on the other CPUs with 64 workers, takes a 15 s CPU
 # profile of the leader and of a follower in the middle of the run, and
 # prints each node's CPU per operation split by component
-# (test/perf/cpu-share.py), and each node's CPU and read and write system
-# calls per operation from /proc.
+# (test/perf/cpu-share.py), and each node's CPU, read and write system
+# calls, minor page faults and thread switches per operation from /proc.
 # With LEADER_ONLY=1 every client talks to the leader, so the followers
 # serve no client requests. With STRACE=1 it also counts each node's
 # system calls for 5 s (strace -c, in OUT). With ALLOCS=1 it also keeps the
 # leader's and the follower's allocations during the profiles' window
 # (OUT/WORKLOAD-ROLE.allocs.pprof, read with go tool pprof -sample_index
-# alloc_space -base OUT/WORKLOAD-ROLE.allocs0.pprof ...). Env: CLIENTS (64), DUR (30s), OUT (a new
+# alloc_space -base OUT/WORKLOAD-ROLE.allocs0.pprof ...), and the follower's
+# live heap at the window's end (OUT/WORKLOAD-follower.heap.pprof, read with
+# go tool pprof -sample_index inuse_space). Env: CLIENTS (64), DUR (30s), OUT (a new
 # temporary folder, kept), HOLDFASTLOAD (the client binary; default: built
 # from ../shared/bench/holdfastload).
 set -euo pipefail
@@ -70,10 +72,16 @@ for i in 0 1 2; do
 	a=127.0.0.1:$((BASE + i))
 	[ "$a" != "$leader" ] && follower=${follower:-$a} && [ -z "${LEADER_ONLY:-}" ] && nodes+=",$a"
 done
-# cpu PID...: the CPU seconds (user + system) each process has used.
-cpu() { for p in "$@"; do awk -v t="$(getconf CLK_TCK)" '{ printf "%s ", ($14 + $15) / t }' "/proc/$p/stat"; done; }
-# calls PID...: the read and write system calls each process has made.
-calls() { for p in "$@"; do awk '/^sysc[rw]:/ { printf "%s ", $2 }' "/proc/$p/io"; done; }
+# counters PID...: for each process, one line of what it has used so far:
+# CPU seconds (user + system), read and write system calls, minor page
+# faults, and thread switches (voluntary and not, summed over its threads).
+counters() {
+	for p in "$@"; do
+		awk -v t="$(getconf CLK_TCK)" '{ printf "%s %s ", ($14 + $15) / t, $10 }' "/proc/$p/stat"
+		awk '/^sysc[rw]:/ { printf "%s ", $2 }' "/proc/$p/io"
+		cat /proc/"$p"/task/*/status 2>/dev/null | awk '/_ctxt_switches:/ { n += $2 } END { print n }'
+	done
+}
 roles=""
 for i in 0 1 2; do
 	a=127.0.0.1:$((BASE + i))
@@ -100,20 +108,19 @@ for w in "${WORKLOADS[@]}"; do
 		curl -s -o "$OUT/$w-leader.allocs0.pprof" "http://$leader/debug/pprof/allocs"
 		curl -s -o "$OUT/$w-follower.allocs0.pprof" "http://$follower/debug/pprof/allocs"
 	fi
-	cpu0=$(cpu "${PIDS[@]}")
-	calls0=$(calls "${PIDS[@]}")
+	counters "${PIDS[@]}" >"$OUT/$w.counters0"
 	t0=$(date +%s.%N)
 	curl -s -o "$OUT/$w-leader.pprof" "http://$leader/debug/pprof/profile?seconds=15" &
 	p1=$!
 	curl -s -o "$OUT/$w-follower.pprof" "http://$follower/debug/pprof/profile?seconds=15" &
 	p2=$!
 	wait "$p1" "$p2"
-	cpu1=$(cpu "${PIDS[@]}")
-	calls1=$(calls "${PIDS[@]}")
+	counters "${PIDS[@]}" >"$OUT/$w.counters1"
 	t1=$(date +%s.%N)
 	if [ -n "${ALLOCS:-}" ]; then
 		curl -s -o "$OUT/$w-leader.allocs.pprof" "http://$leader/debug/pprof/allocs"
 		curl -s -o "$OUT/$w-follower.allocs.pprof" "http://$follower/debug/pprof/allocs"
+		curl -s -o "$OUT/$w-follower.heap.pprof" "http://$follower/debug/pprof/heap?gc=1"
 	fi
 	if [ -n "${STRACE:-}" ]; then
 		# System calls by kind, counted for 5 s on the leader and a follower.
@@ -130,21 +137,18 @@ for w in "${WORKLOADS[@]}"; do
 	python3 -c "import sys; e=float(sys.argv[2])-float(sys.argv[1]); p=float(sys.argv[4])-float(sys.argv[3]); print(f'Raft entries {e:.0f}, commands proposed on the leader {p:.0f}, {p/max(e,1):.1f} per entry (forwarded commands count where they are proposed)')" "$idx0" "$idx1" "$ops0" "$ops1"
 	ops=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][-1]; print(r["ops_per_s"])' "$OUT/$w.jsonl")
 	echo "== $w: $ops ops/s"
-	# Each node's CPU per operation over the profiles' window, from /proc.
+	# Each node's CPU, system calls, page faults and thread switches per
+	# operation over the profiles' window, from /proc.
 	python3 -c "
 import sys
-a, b = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()]
-ops, secs = float(sys.argv[3]), float(sys.argv[5]) - float(sys.argv[4])
-roles = sys.argv[6].split(',')
-print('server CPU per operation (/proc, the profiles\' window): ' + ', '.join(f'{r} {1e6 * (y - x) / (ops * secs):.1f} us' for r, x, y in zip(roles, a, b)))
-" "$cpu0" "$cpu1" "$ops" "$t0" "$t1" "$roles"
-	# Each node's read and write system calls per operation, from /proc.
-	python3 -c "
-import sys
-a, b = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()]
-n = float(sys.argv[3]) * (float(sys.argv[5]) - float(sys.argv[4]))
-roles = sys.argv[6].split(',')
-print('system calls per operation (/proc, reads/writes): ' + ', '.join(f'{r} {(b[2*i] - a[2*i]) / n:.2f}/{(b[2*i+1] - a[2*i+1]) / n:.2f}' for i, r in enumerate(roles)))
-" "$calls0" "$calls1" "$ops" "$t0" "$t1" "$roles"
+ops, secs, roles = float(sys.argv[3]), float(sys.argv[5]) - float(sys.argv[4]), sys.argv[6].split(',')
+rows = lambda f: [[float(x) for x in l.split()] for l in open(f)]
+d = [[y - x for x, y in zip(a, b)] for a, b in zip(rows(sys.argv[1]), rows(sys.argv[2]))]
+n = ops * secs
+line = lambda what, fmt: print(what + ': ' + ', '.join(f'{r} {fmt(v)}' for r, v in zip(roles, d)))
+line('server CPU per operation (/proc, the profiles\\' window)', lambda v: f'{1e6 * v[0] / n:.1f} us')
+line('system calls per operation (/proc, reads/writes)', lambda v: f'{v[2] / n:.2f}/{v[3] / n:.2f}')
+line('minor page faults and thread switches per operation (/proc)', lambda v: f'{v[1] / n:.2f}/{v[4] / n:.2f}')
+" "$OUT/$w.counters0" "$OUT/$w.counters1" "$ops" "$t0" "$t1" "$roles"
 	python3 test/perf/cpu-share.py --ops "$(python3 -c "print(float('$ops')*15)")" "$OUT/holdfast" "$OUT/$w-leader.pprof" "$OUT/$w-follower.pprof"
 done
