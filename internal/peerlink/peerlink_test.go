@@ -263,7 +263,8 @@ func TestACallerGivingUpCancelsTheHandler(t *testing.T) {
 		t.Fatal("the handler's context was not cancelled within 5 s")
 	}
 	// The link still works, the calls after it run under a live context
-	// (the cancelled one's worker takes them), and an empty payload is not
+	// (once idle, the cancelled call's worker is the first to take a new
+	// call, so three calls in turn reach it), and an empty payload is not
 	// a call.
 	for range 3 {
 		if ans, err := c.Call(context.Background(), []byte("after")); err != nil || string(ans) != "after" {
