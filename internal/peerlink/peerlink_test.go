@@ -264,7 +264,7 @@ func TestACallerGivingUpCancelsTheHandler(t *testing.T) {
 	}
 	// The link still works, the calls after it run under a live context
 	// (once idle, the cancelled call's worker is the first to take a new
-	// call, so three calls in turn reach it), and an empty payload is not
+	// call, so one of three calls in turn reaches it), and an empty payload is not
 	// a call.
 	for range 3 {
 		if ans, err := c.Call(context.Background(), []byte("after")); err != nil || string(ans) != "after" {
