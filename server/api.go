@@ -267,13 +267,15 @@ func queryWaitSeconds(c call) (time.Duration, error) {
 }
 
 // waitingContext is the context of a request that may wait: the request
-// timeout plus the wait. It also moves the connection's write deadline past
-// the wait, so the HTTP server's write timeout does not cut the answer.
+// timeout plus the wait, bounded as callContext bounds a call (on the
+// front, the connection's reused deadline unless the caller sent its own).
+// It also moves the connection's write deadline past the wait, so the HTTP
+// server's write timeout does not cut the answer.
 func (s *Server) waitingContext(c call, wait time.Duration) (context.Context, context.CancelFunc) {
 	if wait > 0 {
 		c.ExtendWrite(time.Now().Add(s.cfg.RequestTimeout + wait + 5*time.Second))
 	}
-	return context.WithTimeout(c.Context(), s.cfg.RequestTimeout+wait)
+	return c.Bounded(s.cfg.RequestTimeout + wait)
 }
 
 // callContext bounds a call's work by the request timeout.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 )
@@ -123,4 +124,27 @@ func TestFrontCallBounded(t *testing.T) {
 		t.Fatal("a call with a caller's timeout uses the connection's deadline")
 	}
 	waitDeadlineExceeded(t, ctx)
+}
+
+// A front request that may wait is bounded by its connection's reused
+// deadline too, at the request timeout plus the wait.
+func TestWaitingContextUsesTheConnectionsDeadline(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	fc := &frontConn{conn: a}
+	defer fc.bound.stop()
+	s := &Server{cfg: Config{RequestTimeout: time.Minute}}
+	c := &frontCall{fc: fc, req: &frontRequest{}, ctx: context.Background()}
+	for _, wait := range []time.Duration{0, 30 * time.Second} {
+		ctx, end := s.waitingContext(c, wait)
+		if ctx != context.Context(&fc.bound) {
+			t.Fatalf("wait %v: the call does not use the connection's deadline", wait)
+		}
+		want := time.Minute + wait
+		if at, ok := ctx.Deadline(); !ok || time.Until(at) > want || time.Until(at) < want-time.Second {
+			t.Fatalf("wait %v: deadline %v %v, want %v from now", wait, at, ok, want)
+		}
+		end()
+	}
 }
