@@ -17,7 +17,9 @@
 # (OUT/WORKLOAD-ROLE.allocs.pprof, read with go tool pprof -sample_index
 # alloc_space -base OUT/WORKLOAD-ROLE.allocs0.pprof ...), and the follower's
 # live heap at the window's end (OUT/WORKLOAD-follower.heap.pprof, read with
-# go tool pprof -sample_index inuse_space). Env: CLIENTS (64), DUR (30s), OUT (a new
+# go tool pprof -sample_index inuse_space). SERVE_ARGS adds arguments to
+# every node's holdfast serve (for example --snapshot-interval 5s). Env:
+# CLIENTS (64), DUR (30s), OUT (a new
 # temporary folder, kept), HOLDFASTLOAD (the client binary; default: built
 # from ../shared/bench/holdfastload).
 set -euo pipefail
@@ -25,6 +27,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 CLIENTS=${CLIENTS:-64}
 DUR=${DUR:-30s}
+SERVE_ARGS=${SERVE_ARGS:-}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/holdfast-profile.XXXXXX")}
 WORKLOADS=("${@:-queue-enqueue queue-cycle}")
 [ $# -eq 0 ] && WORKLOADS=(queue-enqueue queue-cycle)
@@ -46,7 +49,7 @@ for i in 0 1 2; do
 	for j in 0 1 2; do [ $j -ne $i ] && join+="${join:+,}127.0.0.1:$((BASE + j))"; done
 	taskset -c 0 "$OUT/holdfast" serve --node-id "n$((i + 1))" --data-dir "$OUT/data/n$((i + 1))" \
 		--http-addr "127.0.0.1:$((BASE + i))" --raft-addr "127.0.0.1:$((BASE + 10 + i))" \
-		--rate-limit 0 --bootstrap-expect 3 --join "$join" >"$OUT/n$((i + 1)).log" 2>&1 &
+		--rate-limit 0 --bootstrap-expect 3 --join "$join" $SERVE_ARGS >"$OUT/n$((i + 1)).log" 2>&1 &
 	PIDS+=($!)
 done
 ready=0
