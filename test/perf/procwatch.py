@@ -9,6 +9,10 @@ usage:
       CPU ticks and minor page faults (/proc/PID/stat) and thread switches,
       voluntary and not, summed over its threads (/proc/PID/task/*/status).
       Start it once compare has started its servers.
+  test/perf/procwatch.py counters PID...
+      Prints one line per process of what it has used so far: CPU seconds
+      (user + system), minor page faults, read and write system calls and
+      thread switches (test/perf/profile.sh reads these).
   test/perf/procwatch.py report SAMPLES.jsonl RESULTS.jsonl [CONC]
       For every run of compare's RESULTS.jsonl at CONC clients (64), prints
       each server's counters per operation over the run's measured window
@@ -110,6 +114,11 @@ def report(samples_path, results_path, conc):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == 'watch':
         watch(sys.argv[2])
+    elif len(sys.argv) >= 3 and sys.argv[1] == 'counters':
+        tick = os.sysconf('SC_CLK_TCK')
+        for pid in sys.argv[2:]:
+            reads, writes, cpu_us, faults, switches = counters(int(pid), tick)
+            print(cpu_us / 1e6, faults, reads, writes, switches)
     elif len(sys.argv) in (4, 5) and sys.argv[1] == 'report':
         report(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) == 5 else 64)
     else:

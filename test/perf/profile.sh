@@ -75,16 +75,10 @@ for i in 0 1 2; do
 	a=127.0.0.1:$((BASE + i))
 	[ "$a" != "$leader" ] && follower=${follower:-$a} && [ -z "${LEADER_ONLY:-}" ] && nodes+=",$a"
 done
-# counters PID...: for each process, one line of what it has used so far:
-# CPU seconds (user + system), read and write system calls, minor page
-# faults, and thread switches (voluntary and not, summed over its threads).
-counters() {
-	for p in "$@"; do
-		awk -v t="$(getconf CLK_TCK)" '{ printf "%s %s ", ($14 + $15) / t, $10 }' "/proc/$p/stat"
-		awk '/^sysc[rw]:/ { printf "%s ", $2 }' "/proc/$p/io"
-		cat /proc/"$p"/task/*/status 2>/dev/null | awk '/_ctxt_switches:/ { n += $2 } END { print n }'
-	done
-}
+# counters PID...: for each process, one line of what it has used so far
+# (CPU seconds, minor page faults, read and write system calls, thread
+# switches), as procwatch.py reads them for compare's servers.
+counters() { python3 "$ROOT/test/perf/procwatch.py" counters "$@"; }
 roles=""
 for i in 0 1 2; do
 	a=127.0.0.1:$((BASE + i))
