@@ -504,16 +504,7 @@ func (s *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint
 		}
 		return nil, err
 	}
-	ws := &watchedSink{SnapshotSink: sink, health: s.health}
-	if s.dir != "" {
-		// The file store writes the state to ID.tmp/state.bin; a second
-		// descriptor of it lets Write sync what is written so far. Without
-		// one (another layout) the snapshot is synced only when closed.
-		if f, err := os.Open(filepath.Join(s.dir, sink.ID()+".tmp", "state.bin")); err == nil {
-			ws.state = f
-		}
-	}
-	return ws, nil
+	return &watchedSink{SnapshotSink: sink, health: s.health}, nil
 }
 
 // unfinishedSnapshots lists the snapshot store's temporary directories
@@ -532,42 +523,15 @@ func unfinishedSnapshots(dir string) ([]string, error) {
 	return names, nil
 }
 
-// snapshotSyncBytes is how much of a snapshot is written between two syncs
-// of its file while it is written.
-const snapshotSyncBytes = 4 << 20
-
 // watchedSink reports a snapshot's write and close errors, and a
-// successful close. It syncs the snapshot's file every snapshotSyncBytes
-// as it is written: a state of hundreds of MB synced only at the end makes
-// the disk write all of it at once, and every fdatasync of the Raft log
-// in the meantime (each write's) waits behind it, for 40 to 90 ms per
-// 100 MB on a virtual disk (test/perf/fsyncstall); synced in steps, each
-// step holds the log's fdatasyncs back for a few milliseconds.
+// successful close.
 type watchedSink struct {
 	raft.SnapshotSink
 	health *storageHealth
-	// state is the snapshot's file, opened again to sync it (nil: synced
-	// only when the sink closes it); unsynced counts the bytes written
-	// since it was last synced.
-	state    syncer
-	unsynced int
-}
-
-// syncer is what watchedSink needs of the snapshot's file.
-type syncer interface {
-	Sync() error
-	Close() error
 }
 
 func (s *watchedSink) Write(p []byte) (int, error) {
 	n, err := s.SnapshotSink.Write(p)
-	s.unsynced += n
-	if err == nil && s.state != nil && s.unsynced >= snapshotSyncBytes {
-		s.unsynced = 0
-		if serr := s.state.Sync(); serr != nil {
-			err = fmt.Errorf("sync the snapshot being written: %w", serr)
-		}
-	}
 	if err != nil {
 		s.health.report(StorageSnapshots, err)
 	}
@@ -579,27 +543,9 @@ func (s *watchedSink) Write(p []byte) (int, error) {
 }
 
 func (s *watchedSink) Close() error {
-	s.closeState()
 	err := s.SnapshotSink.Close()
 	s.health.report(StorageSnapshots, err)
 	return err
-}
-
-// Cancel abandons the snapshot.
-func (s *watchedSink) Cancel() error {
-	s.closeState()
-	if err := s.SnapshotSink.Cancel(); err != nil {
-		return fmt.Errorf("cancel snapshot: %w", err)
-	}
-	return nil
-}
-
-// closeState closes the second descriptor of the snapshot's file.
-func (s *watchedSink) closeState() {
-	if s.state != nil {
-		_ = s.state.Close() // read-only: closing it loses nothing
-		s.state = nil
-	}
 }
 
 // snapshotRetryLoop takes a snapshot again, every SnapshotRetry, while the

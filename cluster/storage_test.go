@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -531,84 +530,5 @@ func TestFailedCreateLeavesNoTemporaryDir(t *testing.T) {
 	}
 	if h.status().OK {
 		t.Error("a failed Create is not a snapshots fault")
-	}
-}
-
-// countingSyncer stands for a snapshot's file: it counts syncs and fails
-// them with err.
-type countingSyncer struct {
-	syncs, closes int
-	err           error
-}
-
-func (c *countingSyncer) Sync() error  { c.syncs++; return c.err }
-func (c *countingSyncer) Close() error { c.closes++; return nil }
-
-// TestSnapshotIsSyncedAsItIsWritten: the snapshot sink of a node's file
-// store syncs the file every snapshotSyncBytes written, not only when it is
-// closed, so the disk never has a whole state to write while the Raft log
-// waits for its fdatasyncs; a failed sync fails the write as a storage
-// fault, and the file's second descriptor is closed with the sink.
-func TestSnapshotIsSyncedAsItIsWritten(t *testing.T) {
-	dataDir := t.TempDir()
-	store, err := raft.NewFileSnapshotStore(dataDir, 1, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _, _ := testHealth(t)
-	s := &watchedSnapshots{SnapshotStore: store, health: h, dir: filepath.Join(dataDir, StorageSnapshots)}
-	sink, err := s.Create(raft.SnapshotVersionMax, 10, 1, raft.Configuration{}, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := sink.(*watchedSink)
-	if ws.state == nil {
-		t.Fatal("the sink found no snapshot file to sync: has the file store's layout changed?")
-	}
-	real := ws.state
-	counted := &countingSyncer{}
-	ws.state = counted
-	chunk := make([]byte, 64<<10)
-	for written := 0; written < 2*snapshotSyncBytes+len(chunk); written += len(chunk) {
-		if _, err := sink.Write(chunk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if counted.syncs != 2 {
-		t.Fatalf("%d syncs while writing %d bytes, want 2 (one per %d)", counted.syncs, 2*snapshotSyncBytes+len(chunk), snapshotSyncBytes)
-	}
-	if err := real.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if counted.closes != 1 {
-		t.Fatalf("the snapshot file's second descriptor was closed %d times, want 1", counted.closes)
-	}
-
-	sink, err = s.Create(raft.SnapshotVersionMax, 11, 1, raft.Configuration{}, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws = sink.(*watchedSink)
-	_ = ws.state.Close()
-	failing := &countingSyncer{err: syscall.EIO}
-	ws.state = failing
-	var werr error
-	for written := 0; werr == nil && written <= snapshotSyncBytes; written += len(chunk) {
-		_, werr = sink.Write(chunk)
-	}
-	if !errors.Is(werr, syscall.EIO) || failing.syncs != 1 {
-		t.Fatalf("a failed sync: write error %v after %d syncs, want EIO after 1", werr, failing.syncs)
-	}
-	if st := h.status(); st.OK || st.Faults[0].Kind != StorageSnapshots {
-		t.Fatalf("status after a failed sync of a snapshot %+v", st)
-	}
-	if err := sink.Cancel(); err != nil {
-		t.Fatal(err)
-	}
-	if failing.closes != 1 {
-		t.Fatalf("a cancelled sink closed the second descriptor %d times, want 1", failing.closes)
 	}
 }
