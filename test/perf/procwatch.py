@@ -17,6 +17,11 @@ usage:
       For every run of compare's RESULTS.jsonl at CONC clients (64), prints
       each server's counters per operation over the run's measured window
       (the samples nearest its 15 s after the 2 s warm-up).
+  test/perf/procwatch.py idle RESULTS.jsonl
+      Needs no samples: for every run of compare's RESULTS.jsonl, prints the
+      CPU milliseconds per second each server of the *other* system used
+      during that run's window, while its own system had no load (compare
+      records every server's CPU in every window).
 
 The counters are the kernel's, for the whole process, so a server's idle
 work and its peers' traffic are in them as they are in compare's CPU
@@ -111,6 +116,19 @@ def report(samples_path, results_path, conc):
         print(r['round'], r['system'], r['workload'], f'{rate:.0f}', '| ' + ' | '.join(cols))
 
 
+def idle(results_path):
+    prefix = {'holdfast': 'hf', 'nats': 'nats', 'etcd': 'etcd'}
+    print('round workload conc loaded | idle servers of the other system, CPU ms/s')
+    for line in open(results_path):
+        r = json.loads(line)
+        if r.get('type') != 'run' or not r.get('window_s'):
+            continue
+        own = prefix.get(r['system'], r['system'])
+        cols = [f'{name} {1000 * cpu / r["window_s"]:.1f}'
+                for name, cpu in sorted(r['cpu_s_window'].items()) if not name.startswith(own)]
+        print(r['round'], r['workload'], r['conc'], r['system'], '| ' + ' '.join(cols))
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == 'watch':
         watch(sys.argv[2])
@@ -121,6 +139,8 @@ def main():
             print(cpu_us / 1e6, faults, reads, writes, switches)
     elif len(sys.argv) in (4, 5) and sys.argv[1] == 'report':
         report(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) == 5 else 64)
+    elif len(sys.argv) == 3 and sys.argv[1] == 'idle':
+        idle(sys.argv[2])
     else:
         sys.exit(__doc__)
 
