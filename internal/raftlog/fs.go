@@ -14,6 +14,9 @@ type segFile interface {
 	io.WriterAt
 	// Datasync makes the file's written data durable (fdatasync).
 	Datasync() error
+	// WriteOut writes n bytes from off out to the disk and waits for
+	// them, without making them durable (see writeOut).
+	WriteOut(off, n int64) error
 	// Truncate changes the file's size.
 	Truncate(size int64) error
 	// Size is the file's current size.
@@ -42,6 +45,8 @@ type osFS struct{}
 type osFile struct{ *os.File }
 
 func (f osFile) Datasync() error { return fdatasync(f.File) }
+
+func (f osFile) WriteOut(off, n int64) error { return writeOut(f.File, off, n) }
 
 func (f osFile) Size() (int64, error) {
 	st, err := f.Stat()

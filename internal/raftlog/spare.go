@@ -141,18 +141,41 @@ func (p *spare) prepare() error {
 // errClosed ends a preparation when the store closes.
 var errClosed = errors.New("store closed")
 
-// fill writes size zero bytes to f and syncs it.
+// fillChunk is how much of a spare is written, and written out to the
+// disk, at a time; fillPause is the rest between two chunks.
+//
+// A spare written whole and then synced puts a segment's worth of data in
+// the disk's queue at once, and on a shared disk every fdatasync of the
+// log (this node's and any other's) waits behind it: up to a few hundred
+// milliseconds for a 16 MiB segment on a small virtual disk, in which no
+// append is acknowledged. Written a chunk at a time, each chunk out to
+// the disk before the next, an append waits behind one chunk at most.
+// With the defaults a 16 MiB spare takes about 16 × 5 ms plus its writing,
+// well before the segment in use fills at any rate the log is written.
+const (
+	fillChunk = 1 << 20
+	fillPause = 5 * time.Millisecond
+)
+
+// fill writes size zero bytes to f, a chunk at a time, and syncs it.
 func fill(f segFile, size int64, stop <-chan struct{}) error {
-	zeros := make([]byte, min(size, 1<<20))
+	zeros := make([]byte, min(size, fillChunk))
+	pause := time.NewTimer(0)
+	defer pause.Stop()
 	for off := int64(0); off < size; off += int64(len(zeros)) {
 		select {
 		case <-stop:
 			return errClosed
-		default:
+		case <-pause.C:
 		}
-		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), size-off)], off); err != nil {
+		n := min(int64(len(zeros)), size-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
 			return classify(err)
 		}
+		if err := f.WriteOut(off, n); err != nil {
+			return classify(err)
+		}
+		pause.Reset(fillPause)
 	}
 	if err := f.Datasync(); err != nil {
 		return classify(err)

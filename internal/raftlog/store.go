@@ -467,6 +467,10 @@ func (s *Store) activeSegment(next uint64, size int) (*segment, error) {
 				return nil, err
 			}
 		}
+		// The next spare is prepared once this roll's own syncs (of the
+		// directory, in newSegment, and of the manifest, below) are done,
+		// so that its writing never holds them up.
+		defer s.spare.start()
 		var err error
 		if g, err = s.newSegment(next); err != nil {
 			return nil, err
@@ -502,7 +506,6 @@ func (s *Store) newSegment(base uint64) (*segment, error) {
 		}
 		_ = f.Close()
 	}
-	s.spare.start()
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return nil, s.health.poison(fmt.Errorf("raftlog: sync dir %s: %w", s.dir, classify(err)))
 	}

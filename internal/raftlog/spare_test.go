@@ -1,0 +1,192 @@
+package raftlog
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// opLog records, in order, what a store did to its files.
+type opLog struct {
+	mu  sync.Mutex
+	ops []string
+	at  []time.Time
+}
+
+func (l *opLog) add(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ops = append(l.ops, fmt.Sprintf(format, args...))
+	l.at = append(l.at, time.Now())
+}
+
+func (l *opLog) snapshot() ([]string, []time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ops), slices.Clone(l.at)
+}
+
+// recordingFile is a segment file in memory that records what is done to it.
+type recordingFile struct {
+	log  *opLog
+	data []byte
+}
+
+func (f *recordingFile) ReadAt(b []byte, off int64) (int, error) {
+	return copy(b, f.data[off:]), nil
+}
+
+func (f *recordingFile) WriteAt(b []byte, off int64) (int, error) {
+	f.log.add("write %d+%d", off, len(b))
+	if end := off + int64(len(b)); end > int64(len(f.data)) {
+		f.data = append(f.data, make([]byte, end-int64(len(f.data)))...)
+	}
+	return copy(f.data[off:], b), nil
+}
+
+func (f *recordingFile) WriteOut(off, n int64) error {
+	f.log.add("out %d+%d", off, n)
+	return nil
+}
+
+func (f *recordingFile) Datasync() error {
+	f.log.add("sync")
+	return nil
+}
+
+func (f *recordingFile) Truncate(size int64) error {
+	f.data = f.data[:min(int64(len(f.data)), size)]
+	return nil
+}
+
+func (f *recordingFile) Size() (int64, error) { return int64(len(f.data)), nil }
+func (f *recordingFile) Close() error         { return nil }
+func (f *recordingFile) Name() string         { return "recording" }
+
+// TestFillWritesEachChunkOutBeforeTheNext checks that a spare is written a
+// chunk at a time, each chunk out to the disk and a pause taken before the
+// next, and synced at the end: never a segment's worth of data queued for
+// the disk at once, for the log's fdatasync to wait behind.
+func TestFillWritesEachChunkOutBeforeTheNext(t *testing.T) {
+	log := &opLog{}
+	f := &recordingFile{log: log}
+	size := int64(3*fillChunk + fillChunk/2)
+	if err := fill(f, size, make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for off := int64(0); off < size; off += fillChunk {
+		n := min(int64(fillChunk), size-off)
+		want = append(want, fmt.Sprintf("write %d+%d", off, n), fmt.Sprintf("out %d+%d", off, n))
+	}
+	want = append(want, "sync")
+	ops, at := log.snapshot()
+	if !slices.Equal(ops, want) {
+		t.Fatalf("fill did\n%q\nwant\n%q", ops, want)
+	}
+	for i := 2; i < len(ops)-1; i += 2 {
+		if gap := at[i].Sub(at[i-1]); gap < fillPause {
+			t.Errorf("%s came %v after the chunk before it was written out, want at least %v", ops[i], gap, fillPause)
+		}
+	}
+	if int64(len(f.data)) != size || !allZero(f.data) {
+		t.Errorf("the spare holds %d bytes (all zero: %v), want %d zeros", len(f.data), allZero(f.data), size)
+	}
+}
+
+// TestFillStopsWhenTheStoreCloses checks that a closing store does not wait
+// for a spare to be written to its end.
+func TestFillStopsWhenTheStoreCloses(t *testing.T) {
+	stop := make(chan struct{})
+	close(stop)
+	f := &recordingFile{log: &opLog{}}
+	if err := fill(f, 4*fillChunk, stop); err != errClosed {
+		t.Fatalf("fill after close = %v, want errClosed", err)
+	}
+}
+
+// orderFS is the real file system, recording directory syncs (made slow,
+// so that anything running beside one shows) and the opening of the spare.
+type orderFS struct {
+	osFS
+	log *opLog
+}
+
+func (fs orderFS) SyncDir(dir string) error {
+	fs.log.add("sync dir")
+	time.Sleep(20 * time.Millisecond)
+	return fs.osFS.SyncDir(dir)
+}
+
+func (fs orderFS) OpenFile(path string, flag int) (segFile, error) {
+	if filepath.Base(path) == spareName {
+		fs.log.add("open spare")
+	}
+	return fs.osFS.OpenFile(path, flag)
+}
+
+// orderManifest records its saves in the same log.
+type orderManifest struct {
+	memManifest
+	log *opLog
+}
+
+func (m *orderManifest) Save(b []byte) error {
+	m.log.add("save manifest")
+	return m.memManifest.Save(b)
+}
+
+// TestARollPreparesTheNextSpareAfterItsOwnSyncs checks that when the log
+// moves to a new segment, the next spare is written only after the roll's
+// sync of the directory and its save of the segment list: a spare being
+// written beside them would make the roll, and every append behind it,
+// wait for its data.
+func TestARollPreparesTheNextSpareAfterItsOwnSyncs(t *testing.T) {
+	log := &opLog{}
+	dir := t.TempDir()
+	s, err := Open(dir, Options{SegmentSize: 512, fs: orderFS{log: log}, Manifest: &orderManifest{log: log}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	rolls := 0
+	for i := uint64(1); rolls < 3 && i < 1000; i += 5 {
+		before := len(s.segs)
+		if err := s.StoreLogs(entries(i, i+4)); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.segs) != before {
+			rolls++
+		}
+	}
+	if rolls < 3 {
+		t.Fatalf("the log rolled %d times, want 3", rolls)
+	}
+	// Wait for the last roll's spare, so that its opening is in the log.
+	if _, err := s.spare.take(filepath.Join(dir, "taken")); err != nil {
+		t.Fatal(err)
+	}
+	ops, _ := log.snapshot()
+	// The first spare is made when the store opens; each roll after it
+	// syncs the directory, saves the list and only then opens the next.
+	first := slices.Index(ops, "sync dir")
+	if first < 0 {
+		t.Fatalf("no directory sync in %q", ops)
+	}
+	seen := 0
+	for i := first; i < len(ops); i++ {
+		if ops[i] != "sync dir" {
+			continue
+		}
+		seen++
+		if i+2 >= len(ops) || ops[i+1] != "save manifest" || ops[i+2] != "open spare" {
+			t.Fatalf("a roll did %q, want sync dir, save manifest, open spare (all: %q)", ops[i:min(i+3, len(ops))], ops)
+		}
+	}
+	if seen != rolls {
+		t.Errorf("%d directory syncs for %d rolls: %q", seen, rolls, ops)
+	}
+}
