@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -530,5 +532,51 @@ func TestFailedCreateLeavesNoTemporaryDir(t *testing.T) {
 	}
 	if h.status().OK {
 		t.Error("a failed Create is not a snapshots fault")
+	}
+}
+
+// TestSnapshotSinkPacesItsFile checks that the sink over Raft's file
+// snapshot store finds the file the state is written to (its pacing relies
+// on the store's layout, ID.tmp/state.bin), that a snapshot written through
+// it reads back whole, and that closing it lets go of the file.
+func TestSnapshotSinkPacesItsFile(t *testing.T) {
+	h, _, _ := testHealth(t)
+	base := t.TempDir()
+	store, err := raft.NewFileSnapshotStore(base, 3, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &watchedSnapshots{SnapshotStore: store, health: h, dir: filepath.Join(base, StorageSnapshots)}
+	sink, err := s.Create(raft.SnapshotVersionMax, 9, 2, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := sink.(*watchedSink)
+	if w.file == nil {
+		t.Fatal("the sink did not open the snapshot's state file: its pacing is off")
+	}
+	want := make([]byte, 3*snapshotWriteOut+123)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	for b := want; len(b) > 0; b = b[min(len(b), 64<<10):] {
+		if _, err := sink.Write(b[:min(len(b), 64<<10)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if w.file != nil {
+		t.Error("the sink kept the state file open after Close")
+	}
+	_, rc, err := store.Open(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the snapshot read back %d bytes (%v), want the %d written", len(got), err, len(want))
 	}
 }

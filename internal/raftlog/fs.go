@@ -15,7 +15,7 @@ type segFile interface {
 	// Datasync makes the file's written data durable (fdatasync).
 	Datasync() error
 	// WriteOut writes n bytes from off out to the disk and waits for
-	// them, without making them durable (see writeOut).
+	// them, without making them durable (see WriteOut).
 	WriteOut(off, n int64) error
 	// Truncate changes the file's size.
 	Truncate(size int64) error
@@ -46,7 +46,7 @@ type osFile struct{ *os.File }
 
 func (f osFile) Datasync() error { return fdatasync(f.File) }
 
-func (f osFile) WriteOut(off, n int64) error { return writeOut(f.File, off, n) }
+func (f osFile) WriteOut(off, n int64) error { return WriteOut(f.File, off, n) }
 
 func (f osFile) Size() (int64, error) {
 	st, err := f.Stat()

@@ -19,11 +19,12 @@ func fdatasync(f *os.File) error {
 	return serr
 }
 
-// writeOut starts the write-out of n bytes of f's data from off to the disk
-// and waits for it (sync_file_range), without the file's metadata or the
-// disk's cache: it paces a large write so that no later fdatasync of any
-// file has much of it to wait for. It makes nothing durable.
-func writeOut(f *os.File, off, n int64) error {
+// WriteOut starts the write-out of n bytes of f's data from off (n 0: to
+// the file's end) to the disk and waits for it (sync_file_range), without
+// the file's metadata or the disk's cache: called every MiB or so, it
+// paces a large write so that no fdatasync of another file (the log's) has
+// much of it to wait for. It makes nothing durable.
+func WriteOut(f *os.File, off, n int64) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("raw file: %w", err)
