@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -74,7 +75,7 @@ func TestFillWritesEachChunkOutBeforeTheNext(t *testing.T) {
 	log := &opLog{}
 	f := &recordingFile{log: log}
 	size := int64(3*fillChunk + fillChunk/2)
-	if err := fill(f, size, make(chan struct{})); err != nil {
+	if err := fill(f, size, make(chan struct{}), nil); err != nil {
 		t.Fatal(err)
 	}
 	var want []string
@@ -103,7 +104,7 @@ func TestFillStopsWhenTheStoreCloses(t *testing.T) {
 	stop := make(chan struct{})
 	close(stop)
 	f := &recordingFile{log: &opLog{}}
-	if err := fill(f, 4*fillChunk, stop); err != errClosed {
+	if err := fill(f, 4*fillChunk, stop, nil); err != errClosed {
 		t.Fatalf("fill after close = %v, want errClosed", err)
 	}
 }
@@ -188,5 +189,37 @@ func TestARollPreparesTheNextSpareAfterItsOwnSyncs(t *testing.T) {
 	}
 	if seen != rolls {
 		t.Errorf("%d directory syncs for %d rolls: %q", seen, rolls, ops)
+	}
+}
+
+// TestFillKeepsPaceWithTheLog checks that the spare's chunks wait for the
+// segment in use to fill: with the log idle only the first chunk is
+// written, and the rest follow once the segment is full enough.
+func TestFillKeepsPaceWithTheLog(t *testing.T) {
+	log := &opLog{}
+	f := &recordingFile{log: log}
+	var full atomic.Uint64 // the segment in use, in percent
+	done := make(chan error, 1)
+	go func() {
+		done <- fill(f, 4*fillChunk, make(chan struct{}), func() float64 { return float64(full.Load()) / 100 })
+	}()
+	time.Sleep(20 * fillPause)
+	if ops, _ := log.snapshot(); len(ops) != 2 {
+		t.Fatalf("with the log idle the spare did %q, want its first chunk only", ops)
+	}
+	// Chunk 1 of 4 waits for 75%/4 of the segment: 18% is not enough.
+	full.Store(18)
+	time.Sleep(20 * fillPause)
+	if ops, _ := log.snapshot(); len(ops) != 2 {
+		t.Fatalf("at 18%% the spare did %q, want its first chunk only", ops)
+	}
+	full.Store(19)
+	waitFor(t, func() bool { ops, _ := log.snapshot(); return len(ops) == 4 })
+	full.Store(100)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ops, _ := log.snapshot(); len(ops) != 9 || ops[8] != "sync" {
+		t.Fatalf("the spare did %q, want four chunks and a sync", ops)
 	}
 }
