@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,10 @@ type spare struct {
 	s    *Store
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// hurry is set while an append waits for the spare (take): its
+	// remaining chunks are written without waiting for the log.
+	hurry atomic.Bool
 
 	mu      sync.Mutex
 	ready   bool          // the prepared file exists
@@ -62,6 +67,7 @@ func (p *spare) loop(done chan struct{}) {
 			p.mu.Unlock()
 		}
 
+		p.hurry.Store(false)
 		err := p.prepare()
 		if errors.Is(err, errClosed) {
 			err = nil // not a failure of the disk; the store is closing
@@ -95,6 +101,7 @@ func (p *spare) loop(done chan struct{}) {
 func (p *spare) take(path string) (bool, error) {
 	p.mu.Lock()
 	if done := p.attempt; done != nil && !p.ready {
+		p.hurry.Store(true)
 		p.mu.Unlock()
 		<-done
 		p.mu.Lock()
@@ -130,7 +137,7 @@ func (p *spare) prepare() error {
 	// though the writing, paced by the log, may take as long as the
 	// segment in use takes to fill.
 	s.health.setPrep(nil)
-	err = fill(f, s.segSize, p.stop, s.progress)
+	err = fill(f, s.segSize, p.stop, p.progress)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = classify(cerr)
 	}
@@ -201,8 +208,13 @@ func fill(f segFile, size int64, stop <-chan struct{}, progress func() float64) 
 }
 
 // progress is how full the newest segment is, from 0 to 1 (1 when there is
-// none): how far the log is from needing the spare.
-func (s *Store) progress() float64 {
+// none, or when an append waits for the spare: a large one can start a new
+// segment before the one in use is fillBy full).
+func (p *spare) progress() float64 {
+	if p.hurry.Load() {
+		return 1
+	}
+	s := p.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if len(s.segs) == 0 {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // opLog records, in order, what a store did to its files.
@@ -221,5 +223,29 @@ func TestFillKeepsPaceWithTheLog(t *testing.T) {
 	}
 	if ops, _ := log.snapshot(); len(ops) != 9 || ops[8] != "sync" {
 		t.Fatalf("the spare did %q, want four chunks and a sync", ops)
+	}
+}
+
+// TestALargeAppendDoesNotWaitForTheLog checks that an append too large for
+// the segment in use, made while that segment is far from full, gets its
+// new segment: the spare, paced by the segment in use, is hurried rather
+// than left waiting for appends that the waiting one holds back.
+func TestALargeAppendDoesNotWaitForTheLog(t *testing.T) {
+	s := open(t, t.TempDir(), 4*fillChunk)
+	small := entry(1)
+	small.Data = make([]byte, fillChunk/2)
+	must(t, s.StoreLogs([]*raft.Log{small}))
+	big := entry(2)
+	big.Data = make([]byte, 4*fillChunk-fillChunk/4)
+	done := make(chan error, 1)
+	go func() { done <- s.StoreLogs([]*raft.Log{big}) }()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("an append starting a new segment while the one in use is an eighth full did not return in 10s")
+	}
+	if len(s.segs) != 2 {
+		t.Fatalf("%d segments, want 2", len(s.segs))
 	}
 }
