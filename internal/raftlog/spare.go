@@ -25,7 +25,8 @@ type spare struct {
 	wg   sync.WaitGroup
 
 	// hurry is set while an append waits for the spare (take): its
-	// remaining chunks are written without waiting for the log.
+	// remaining chunks are written without waiting for the log. It is
+	// cleared under mu as an attempt is made, before take can see it.
 	hurry atomic.Bool
 
 	mu      sync.Mutex
@@ -50,6 +51,7 @@ func (p *spare) start() {
 		return
 	}
 	p.running = true
+	p.hurry.Store(false)
 	p.attempt = make(chan struct{})
 	p.wg.Add(1)
 	go p.loop(p.attempt)
@@ -62,12 +64,12 @@ func (p *spare) loop(done chan struct{}) {
 	for {
 		if done == nil {
 			p.mu.Lock()
+			p.hurry.Store(false)
 			done = make(chan struct{})
 			p.attempt = done
 			p.mu.Unlock()
 		}
 
-		p.hurry.Store(false)
 		err := p.prepare()
 		if errors.Is(err, errClosed) {
 			err = nil // not a failure of the disk; the store is closing
