@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -23,11 +22,6 @@ type spare struct {
 	s    *Store
 	stop chan struct{}
 	wg   sync.WaitGroup
-
-	// hurry is set while an append waits for the spare (take): its
-	// remaining chunks are written without waiting for the log. It is
-	// cleared under mu as an attempt is made, before take can see it.
-	hurry atomic.Bool
 
 	mu      sync.Mutex
 	ready   bool          // the prepared file exists
@@ -51,7 +45,6 @@ func (p *spare) start() {
 		return
 	}
 	p.running = true
-	p.hurry.Store(false)
 	p.attempt = make(chan struct{})
 	p.wg.Add(1)
 	go p.loop(p.attempt)
@@ -64,7 +57,6 @@ func (p *spare) loop(done chan struct{}) {
 	for {
 		if done == nil {
 			p.mu.Lock()
-			p.hurry.Store(false)
 			done = make(chan struct{})
 			p.attempt = done
 			p.mu.Unlock()
@@ -103,7 +95,6 @@ func (p *spare) loop(done chan struct{}) {
 func (p *spare) take(path string) (bool, error) {
 	p.mu.Lock()
 	if done := p.attempt; done != nil && !p.ready {
-		p.hurry.Store(true)
 		p.mu.Unlock()
 		<-done
 		p.mu.Lock()
@@ -135,11 +126,7 @@ func (p *spare) prepare() error {
 	if err != nil {
 		return fmt.Errorf("raftlog: create %s: %w", path, classify(err))
 	}
-	// The room is there and the file made: an earlier failure is over,
-	// though the writing, paced by the log, may take as long as the
-	// segment in use takes to fill.
-	s.health.setPrep(nil)
-	err = fill(f, s.segSize, p.stop, p.progress)
+	err = fill(f, s.segSize, p.stop)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = classify(cerr)
 	}
@@ -155,50 +142,37 @@ func (p *spare) prepare() error {
 var errClosed = errors.New("store closed")
 
 // fillChunk is how much of a spare is written, and written out to the
-// disk, at a time; fillPause is the least rest between two chunks.
+// disk, at a time; fillPause is the rest between two chunks.
 //
 // A spare written whole and then synced puts a segment's worth of data in
 // the disk's queue at once, and on a shared disk every fdatasync of the
 // log (this node's and any other's) waits behind it: 100 to 200 ms for a
 // 16 MiB segment on a small virtual disk, in which no append is
-// acknowledged. Written a chunk at a time, each chunk out to the disk
-// before the next, an append waits behind one chunk at most; and paced by
-// the segment in use (fillBy), the spare's writing is spread over the
-// time the log takes to fill it rather than a burst after each roll.
+// acknowledged. Written a chunk at a time, each chunk out to
+// the disk before the next, an append waits behind one chunk at most.
+// With the defaults a 16 MiB spare takes about 16 × 5 ms plus its writing,
+// well before the segment in use fills at any rate the log is written.
 const (
 	fillChunk = 1 << 20
 	fillPause = 5 * time.Millisecond
-	// fillBy is how full the segment in use may be when the spare is
-	// complete: chunk k of n is written once the segment is fillBy*k/n
-	// full, so the spare keeps ahead of the log it will take.
-	fillBy = 0.75
 )
 
-// fill writes size zero bytes to f, a chunk at a time, and syncs it. Chunk
-// k of n waits until progress(), how full the segment in use is (0 to 1),
-// reaches fillBy*k/n; a nil progress writes at the least pause.
-func fill(f segFile, size int64, stop <-chan struct{}, progress func() float64) error {
+// fill writes size zero bytes to f, a chunk at a time, and syncs it.
+func fill(f segFile, size int64, stop <-chan struct{}) error {
 	zeros := make([]byte, min(size, fillChunk))
-	n := (size + int64(len(zeros)) - 1) / int64(len(zeros))
 	pause := time.NewTimer(0)
 	defer pause.Stop()
-	for k, off := int64(0), int64(0); off < size; k, off = k+1, off+int64(len(zeros)) {
-		for {
-			select {
-			case <-stop:
-				return errClosed
-			case <-pause.C:
-			}
-			if progress == nil || progress() >= fillBy*float64(k)/float64(n) {
-				break
-			}
-			pause.Reset(fillPause)
+	for off := int64(0); off < size; off += int64(len(zeros)) {
+		select {
+		case <-stop:
+			return errClosed
+		case <-pause.C:
 		}
-		c := min(int64(len(zeros)), size-off)
-		if _, err := f.WriteAt(zeros[:c], off); err != nil {
+		n := min(int64(len(zeros)), size-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
 			return classify(err)
 		}
-		if err := f.WriteOut(off, c); err != nil {
+		if err := f.WriteOut(off, n); err != nil {
 			return classify(err)
 		}
 		pause.Reset(fillPause)
@@ -207,22 +181,6 @@ func fill(f segFile, size int64, stop <-chan struct{}, progress func() float64) 
 		return classify(err)
 	}
 	return nil
-}
-
-// progress is how full the newest segment is, from 0 to 1 (1 when there is
-// none, or when an append waits for the spare: a large one can start a new
-// segment before the one in use is fillBy full).
-func (p *spare) progress() float64 {
-	if p.hurry.Load() {
-		return 1
-	}
-	s := p.s
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if len(s.segs) == 0 {
-		return 1
-	}
-	return float64(s.segs[len(s.segs)-1].size) / float64(s.segSize)
 }
 
 // close stops the preparation and waits for it.

@@ -8,12 +8,17 @@ import (
 
 // fdatasync flushes f's data and the metadata needed to read it back.
 func fdatasync(f *os.File) error {
+	return withFD(f, syscall.Fdatasync)
+}
+
+// withFD runs call on f's descriptor.
+func withFD(f *os.File, call func(fd int) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("raw file: %w", err)
 	}
 	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = syscall.Fdatasync(int(fd)) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { serr = call(int(fd)) }); err != nil {
 		return fmt.Errorf("raw file: %w", err)
 	}
 	return serr
@@ -25,16 +30,8 @@ func fdatasync(f *os.File) error {
 // paces a large write so that no fdatasync of another file (the log's) has
 // much of it to wait for. It makes nothing durable.
 func WriteOut(f *os.File, off, n int64) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("raw file: %w", err)
-	}
 	const how = 1 | 2 | 4 // SYNC_FILE_RANGE_WAIT_BEFORE | _WRITE | _WAIT_AFTER
-	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = syscall.SyncFileRange(int(fd), off, n, how) }); err != nil {
-		return fmt.Errorf("raw file: %w", err)
-	}
-	return serr
+	return withFD(f, func(fd int) error { return syscall.SyncFileRange(fd, off, n, how) })
 }
 
 // freeSpace is the space available to an unprivileged writer in dir's
