@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -92,10 +93,14 @@ func TestBenchCountsNoAbandonedProposals(t *testing.T) {
 	t.Parallel()
 	c, leader := formCluster(t, 3, harness.Options{Args: []string{"--rate-limit", "0"}})
 	put(t, leader, harness.Settings{"queues_per_client": 100000}, "")
-	for _, wl := range []string{"queue", "lease"} {
+	latencyLog := filepath.Join(t.TempDir(), "enqueue.csv")
+	for _, wl := range []string{"queue", "lease", "enqueue"} {
+		args := []string{"bench", "--addr", harness.JoinList(c.Nodes()...), "--workload", wl, "--clients", "16", "--duration", "3s"}
+		if wl == "enqueue" {
+			args = append(args, "--latency-log", latencyLog)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		out, err := exec.CommandContext(ctx, env.Binary, "bench", "--addr", harness.JoinList(c.Nodes()...),
-			"--workload", wl, "--clients", "16", "--duration", "3s").CombinedOutput()
+		out, err := exec.CommandContext(ctx, env.Binary, args...).CombinedOutput()
 		cancel()
 		if err != nil {
 			t.Fatalf("bench --workload %s: %v\n%s", wl, err, out)
@@ -109,5 +114,41 @@ func TestBenchCountsNoAbandonedProposals(t *testing.T) {
 		if m := regexp.MustCompile(` applied=(\d+)`).FindStringSubmatch(s); m == nil || m[1] == "0" {
 			t.Fatalf("bench --workload %s: no applied proposals counted:\n%s", wl, s)
 		}
+		if wl == "enqueue" {
+			checkLatencyLog(t, latencyLog, s)
+		}
+	}
+}
+
+// checkLatencyLog checks a bench run's --latency-log: one line per cycle
+// the run counted, each a client, a start within the run and a latency,
+// in order of start.
+func checkLatencyLog(t *testing.T, path, out string) {
+	t.Helper()
+	m := regexp.MustCompile(` cycles=(\d+) `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("bench output lacks cycles=:\n%s", out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if strconv.Itoa(len(lines)) != m[1] {
+		t.Fatalf("latency log has %d lines, the run counted %s cycles", len(lines), m[1])
+	}
+	last := int64(-1)
+	for _, l := range lines {
+		f := strings.Split(l, ",")
+		if len(f) != 3 {
+			t.Fatalf("latency log line %q: want client,start,latency", l)
+		}
+		client, _ := strconv.Atoi(f[0])
+		start, err1 := strconv.ParseInt(f[1], 10, 64)
+		took, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil || client < 0 || client >= 16 || start < last || start > 4e6 || took <= 0 {
+			t.Fatalf("latency log line %q: a client of 16, a start in order within the 3 s run, a latency above 0", l)
+		}
+		last = start
 	}
 }

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +26,30 @@ type benchResult struct {
 	errors    int
 	elapsed   time.Duration
 	latencies []time.Duration
+	log       []cycleRecord // every successful cycle, for --latency-log
+}
+
+// cycleRecord is one successful cycle: which client ran it, when its
+// measured request started (since the run began) and how long it took.
+type cycleRecord struct {
+	client int
+	start  time.Duration
+	took   time.Duration
+}
+
+// writeLog writes every successful cycle to path as CSV lines of client,
+// start and latency (microseconds), in order of start.
+func (r benchResult) writeLog(path string) error {
+	recs := slices.Clone(r.log)
+	slices.SortFunc(recs, func(a, b cycleRecord) int { return cmp.Compare(a.start, b.start) })
+	var b []byte
+	for _, c := range recs {
+		b = fmt.Appendf(b, "%d,%d,%d\n", c.client, c.start.Microseconds(), c.took.Microseconds())
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("write the latency log: %w", err)
+	}
+	return nil
 }
 
 func (r benchResult) percentile(p float64) time.Duration {
@@ -56,11 +83,12 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	o := addConnFlags(fs)
-	workload := fs.String("workload", "lease", "lease (acquire+release cycles), queue (enqueue+claim+ack cycles), lease-fill (acquires of new keys held for a day: fills the state), "+
+	workload := fs.String("workload", "lease", "lease (acquire+release cycles), queue (enqueue+claim+ack cycles), enqueue (enqueues of 256-byte jobs: the latency is the enqueue's, not the queue creation's every 100), lease-fill (acquires of new keys held for a day: fills the state), "+
 		"hot-key (every client on one key with blocking acquires: hand-overs per second) or claim-wake (per client a waiting claim and an enqueue: the delay from the enqueue's answer to the claim's)")
 	clients := fs.Int("clients", 64, "concurrent clients")
 	duration := fs.Duration("duration", 10*time.Second, "how long to run at most")
 	count := fs.Int("count", 0, "stop after this many successful cycles in all (0: run for the whole duration)")
+	latencyLog := fs.String("latency-log", "", "also write every successful cycle to this file as CSV: client, start (µs since the run began), latency (µs); test/perf/dips.py reads it")
 	profileDir := fs.String("cpu-profile-dir", "", "also write a CPU profile of every node, taken over the middle third of the run, to DIR/<address>.pprof (needs the cluster key in HOLDFAST_CLUSTER_KEY, or loopback)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -91,6 +119,12 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
 	}
+	if *latencyLog != "" {
+		if err := res.writeLog(*latencyLog); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return 1
+		}
+	}
 	if err := profiles(); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
@@ -118,6 +152,8 @@ func runBench(cl *client.Client, workload string, clients int, d time.Duration, 
 		cycle = leaseFill
 	case "queue":
 		cycle = queueCycle
+	case "enqueue":
+		cycle = enqueueOnly
 	case "hot-key":
 		hot, err := newHotKey(cl)
 		if err != nil {
@@ -146,23 +182,29 @@ func runBench(cl *client.Client, workload string, clients int, d time.Duration, 
 		go func() {
 			defer wg.Done()
 			var lat []time.Duration
+			var log []cycleRecord
 			errs := 0
 			for time.Now().Before(end) && more() {
 				t := time.Now()
-				w.sample = -1
+				w.sample, w.sampleAt = -1, time.Time{}
 				if err := cycle(context.Background(), c, w); err != nil {
 					errs++
 					left.Add(1) // a failed cycle does not count towards count
 					continue
 				}
+				took, at := time.Since(t), t
 				if w.sample >= 0 {
-					lat = append(lat, w.sample) // what the workload measures itself
-				} else {
-					lat = append(lat, time.Since(t))
+					took = w.sample // what the workload measures itself
+					if !w.sampleAt.IsZero() {
+						at = w.sampleAt
+					}
 				}
+				lat = append(lat, took)
+				log = append(log, cycleRecord{client: w.id, start: at.Sub(start), took: took})
 			}
 			mu.Lock()
 			res.latencies = append(res.latencies, lat...)
+			res.log = append(res.log, log...)
 			res.errors += errs
 			mu.Unlock()
 		}()
@@ -185,8 +227,10 @@ type benchWorker struct {
 	queue *queueCreated
 	used  int
 	// sample, when a cycle sets it (>= 0), is the latency it measured,
-	// recorded instead of the cycle's duration.
-	sample time.Duration
+	// recorded instead of the cycle's duration; sampleAt, when set, is
+	// when that measured request started.
+	sample   time.Duration
+	sampleAt time.Time
 }
 
 // namespace gives the worker its lease namespace, created on first use.
@@ -263,6 +307,24 @@ func queueCycle(ctx context.Context, c *client.Client, w *benchWorker) error {
 		return errors.New("claim found no job")
 	}
 	return callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs/"+ans.Job.JobID+"/ack", q.WorkerToken, map[string]string{"receipt": ans.Job.Receipt}, nil)
+}
+
+// enqueuePad is the padding that makes an enqueue's payload about 256
+// bytes of JSON, the job size of ../shared/bench's queue load.
+const enqueuePad = 256 - len(`{"n":1234567,"pad":""}`)
+
+// enqueueOnly enqueues one job; its latency is the enqueue's alone, not the
+// queue creation that every hundredth cycle starts with.
+func enqueueOnly(ctx context.Context, c *client.Client, w *benchWorker) error {
+	q, err := w.nextJob(ctx, c)
+	if err != nil {
+		return err
+	}
+	w.sampleAt = time.Now()
+	err = callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken,
+		map[string]any{"job_key": fmt.Sprintf("job-%d", w.n), "payload": map[string]any{"n": w.n, "pad": strings.Repeat("x", enqueuePad)}}, nil)
+	w.sample = time.Since(w.sampleAt)
+	return err
 }
 
 // benchUsage documents the settings a queue run needs.

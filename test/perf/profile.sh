@@ -18,7 +18,11 @@
 # alloc_space -base OUT/WORKLOAD-ROLE.allocs0.pprof ...), and the follower's
 # live heap at the window's end (OUT/WORKLOAD-follower.heap.pprof, read with
 # go tool pprof -sample_index inuse_space). SERVE_ARGS adds arguments to
-# every node's holdfast serve (for example --snapshot-interval 5s). Env:
+# every node's holdfast serve (for example --snapshot-interval 5s). The
+# workload "latency" (or LATENCY=1) also runs holdfast bench --workload
+# enqueue with --latency-log on the same cluster and prints where its slow
+# requests are (test/perf/dips.py) and when the log began each segment file
+# (its birth time: right after the roll before). Env:
 # CLIENTS (64), DUR (30s), OUT (a new
 # temporary folder, kept), HOLDFASTLOAD (the client binary; default: built
 # from ../shared/bench/holdfastload).
@@ -31,6 +35,11 @@ SERVE_ARGS=${SERVE_ARGS:-}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/holdfast-profile.XXXXXX")}
 WORKLOADS=("${@:-queue-enqueue queue-cycle}")
 [ $# -eq 0 ] && WORKLOADS=(queue-enqueue queue-cycle)
+LATENCY=${LATENCY:-}
+LOOP=()
+for w in "${WORKLOADS[@]}"; do
+	if [ "$w" = latency ]; then LATENCY=1; else LOOP+=("$w"); fi
+done
 NCPU=$(nproc)
 [ "$NCPU" -ge 2 ] || { echo "needs 2 CPUs" >&2; exit 1; }
 mkdir -p "$OUT"
@@ -94,7 +103,7 @@ metric() {
 	all=$(curl -s "http://$leader/metrics")
 	awk -v m="$1" 'index($0, m) == 1 { print $2; exit }' <<<"$all"
 }
-for w in "${WORKLOADS[@]}"; do
+for w in "${LOOP[@]}"; do
 	idx0=$(metric holdfast_raft_commit_index)
 	ops0=$(metric 'holdfast_proposals_total{outcome="applied"}')
 	taskset -c "1-$((NCPU - 1))" "$LOAD" -nodes "$nodes" -workloads "$w" -c "$CLIENTS" -dur "$DUR" -warmup 2s -runs 1 \
@@ -149,3 +158,13 @@ line('minor page faults and thread switches per operation (/proc)', lambda v: f'
 " "$OUT/$w.counters0" "$OUT/$w.counters1" "$ops" "$t0" "$t1" "$roles"
 	python3 test/perf/cpu-share.py --ops "$(python3 -c "print(float('$ops')*15)")" "$OUT/holdfast" "$OUT/$w-leader.pprof" "$OUT/$w-follower.pprof"
 done
+if [ -n "$LATENCY" ]; then
+	t0=$(date +%s.%N)
+	taskset -c "1-$((NCPU - 1))" "$OUT/holdfast" bench --addr "$nodes" --workload enqueue --clients "$CLIENTS" \
+		--duration "$DUR" --latency-log "$OUT/enqueue.latency.csv" >"$OUT/enqueue.bench.log" 2>&1
+	echo "== holdfast bench --workload enqueue: $(cat "$OUT/enqueue.bench.log")"
+	python3 test/perf/dips.py "$OUT/enqueue.latency.csv"
+	echo "log segment files begun (n1, s since the run's start; each right after a roll):"
+	stat -c '%.3W' "$OUT"/data/n1/raft-log/[0-9]*.seg "$OUT"/data/n1/raft-log/next-segment.tmp 2>/dev/null |
+		awk -v t0="$t0" '$1 >= t0 { printf "%.1f ", $1 - t0 } END { print "" }'
+fi
