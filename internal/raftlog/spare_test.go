@@ -76,7 +76,7 @@ func TestFillWritesEachChunkOutBeforeTheNext(t *testing.T) {
 	log := &opLog{}
 	f := &recordingFile{log: log}
 	size := int64(3*fillChunk + fillChunk/2)
-	if err := fill(f, size, make(chan struct{})); err != nil {
+	if err := fill(f, size, make(chan struct{}), fillPause, nil); err != nil {
 		t.Fatal(err)
 	}
 	var want []string
@@ -99,13 +99,73 @@ func TestFillWritesEachChunkOutBeforeTheNext(t *testing.T) {
 	}
 }
 
+// TestFillRushedTakesNoMoreRests checks that once rush is closed the rest
+// of a spare is written without the rests between chunks: with an hour's
+// rest, fill returns only if it stops resting.
+func TestFillRushedTakesNoMoreRests(t *testing.T) {
+	log := &opLog{}
+	f := &recordingFile{log: log}
+	stop, rush := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- fill(f, 4*fillChunk, stop, time.Hour, rush) }()
+	first := fmt.Sprintf("out 0+%d", fillChunk)
+	for i := 0; i < 1000; i++ {
+		if ops, _ := log.snapshot(); slices.Contains(ops, first) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ops, _ := log.snapshot(); len(ops) != 2 {
+		t.Fatalf("before the rush fill did %q, want the first chunk alone", ops)
+	}
+	close(rush)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(stop)
+		<-done
+		t.Fatal("fill kept resting after it was rushed")
+	}
+	if ops, _ := log.snapshot(); len(ops) != 9 || int64(len(f.data)) != 4*fillChunk {
+		t.Errorf("fill did %q and wrote %d bytes, want 4 chunks and a sync", ops, len(f.data))
+	}
+}
+
+// TestAnAppendWaitingForTheSpareRushesIt checks that an append that needs
+// the next segment while its spare is being written does not wait for the
+// spare's rests: it waits only for the writing.
+func TestAnAppendWaitingForTheSpareRushesIt(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{SegmentSize: 8 * fillChunk, fillPause: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	done := make(chan error, 1)
+	go func() { done <- s.StoreLogs([]*raft.Log{entry(1)}) }()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(10 * time.Second):
+		s.spare.close()
+		<-done
+		t.Fatal("the first append waited for the spare's rests")
+	}
+	checkRange(t, s, 1, 1)
+	if s.segs[0].fileSize != 8*fillChunk {
+		t.Errorf("the first segment is %d bytes, want the %d-byte spare", s.segs[0].fileSize, 8*fillChunk)
+	}
+}
+
 // TestFillStopsWhenTheStoreCloses checks that a closing store does not wait
 // for a spare to be written to its end.
 func TestFillStopsWhenTheStoreCloses(t *testing.T) {
 	stop := make(chan struct{})
 	close(stop)
 	f := &recordingFile{log: &opLog{}}
-	if err := fill(f, 4*fillChunk, stop); err != errClosed {
+	if err := fill(f, 4*fillChunk, stop, fillPause, nil); err != errClosed {
 		t.Fatalf("fill after close = %v, want errClosed", err)
 	}
 }

@@ -54,7 +54,8 @@ type Options struct {
 	// store's locks held and must not call the store.
 	Health func(err error)
 
-	fs fileSystem // the file system; tests substitute one that fails
+	fs        fileSystem    // the file system; tests substitute one that fails
+	fillPause time.Duration // the rest between two chunks of a spare (fillPause when zero); tests lengthen it
 }
 
 // segment is one file of consecutive entries starting at base.
@@ -123,7 +124,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.fs = osFS{}
 	}
 	s.health.notify = opts.Health
-	s.spare.init(s)
+	s.spare.init(s, opts.fillPause)
 	if err := s.recover(); err != nil {
 		s.closeFiles()
 		return nil, err

@@ -77,6 +77,22 @@ for i in 0 1 2; do
 	[[ $s =~ \"leader_http_addr\":\"([^\"]+)\" ]] && leader=${BASH_REMATCH[1]} && break
 done
 [ -n "$leader" ] || { echo "no leader" >&2; exit 1; }
+# A new cluster raises its level about 10 s after it forms, and every node
+# then snapshots in the new format: wait for that, as compare's runs come
+# after it, so that no run measures it.
+risen=0
+for _ in $(seq 1 60); do
+	risen=0
+	for i in 0 1 2; do
+		s=$(curl -s "http://127.0.0.1:$((BASE + i))/cluster/status")
+		[[ $s =~ \"level\":([0-9]+) ]] && l=${BASH_REMATCH[1]} &&
+			[[ $s =~ \"active_level\":([0-9]+) ]] && [ "${BASH_REMATCH[1]}" = "$l" ] && risen=$((risen + 1))
+	done
+	[ $risen -eq 3 ] && break
+	sleep 0.5
+done
+[ $risen -eq 3 ] || { echo "the cluster level did not rise" >&2; exit 1; }
+sleep 2
 curl -s -o /dev/null -X PUT -H 'Content-Type: application/json' -d '{"queues_per_client":100000000}' "http://$leader/cluster/settings"
 nodes=$leader
 follower=""
