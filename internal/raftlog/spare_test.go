@@ -143,16 +143,7 @@ func TestAnAppendWaitingForTheSpareRushesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	done := make(chan error, 1)
-	go func() { done <- s.StoreLogs([]*raft.Log{entry(1)}) }()
-	select {
-	case err := <-done:
-		must(t, err)
-	case <-time.After(10 * time.Second):
-		s.spare.close()
-		<-done
-		t.Fatal("the first append waited for the spare's rests")
-	}
+	storeWithin10s(t, s, entry(1), "the first append waited for the spare's rests")
 	checkRange(t, s, 1, 1)
 	if s.segs[0].fileSize != 8*fillChunk {
 		t.Errorf("the first segment is %d bytes, want the %d-byte spare", s.segs[0].fileSize, 8*fillChunk)
@@ -264,18 +255,25 @@ func TestALargeAppendDoesNotWaitForTheLog(t *testing.T) {
 	must(t, s.StoreLogs([]*raft.Log{small}))
 	big := entry(2)
 	big.Data = make([]byte, 4*fillChunk-fillChunk/4)
+	storeWithin10s(t, s, big, "an append starting a new segment while the one in use is an eighth full did not return in 10s")
+	if len(s.segs) != 2 {
+		t.Fatalf("%d segments, want 2", len(s.segs))
+	}
+}
+
+// storeWithin10s appends l and fails the test with stuck if the append has
+// not returned within 10 s; the spare is then stopped so that the stuck
+// append, and then the store's Close, return.
+func storeWithin10s(t *testing.T, s *Store, l *raft.Log, stuck string) {
+	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- s.StoreLogs([]*raft.Log{big}) }()
+	go func() { done <- s.StoreLogs([]*raft.Log{l}) }()
 	select {
 	case err := <-done:
 		must(t, err)
 	case <-time.After(10 * time.Second):
-		// Stop the spare so that the stuck append, and then Close, return.
 		s.spare.close()
 		<-done
-		t.Fatal("an append starting a new segment while the one in use is an eighth full did not return in 10s")
-	}
-	if len(s.segs) != 2 {
-		t.Fatalf("%d segments, want 2", len(s.segs))
+		t.Fatal(stuck)
 	}
 }
