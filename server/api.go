@@ -71,7 +71,10 @@ func (s *Server) restAcquire(c call) {
 		return
 	}
 	wait, _ := service.WaitSeconds(in.WaitSeconds, service.MaxAcquireWaitSeconds)
-	ctx, cancel := s.waitingContext(c, wait)
+	ctx, cancel, ok := s.waitingContext(c, wait)
+	if !ok {
+		return
+	}
 	defer cancel()
 	c.Reply(leaseReply(s.svc.AcquireLease(ctx, in)))
 }
@@ -149,7 +152,10 @@ func (s *Server) restClaim(c call) {
 		return
 	}
 	wait, _ := service.WaitSeconds(in.WaitSeconds, service.MaxClaimWaitSeconds)
-	ctx, cancel := s.waitingContext(c, wait)
+	ctx, cancel, ok := s.waitingContext(c, wait)
+	if !ok {
+		return
+	}
 	defer cancel()
 	c.Reply(jobAnswerReply(s.svc.Claim(ctx, in)))
 }
@@ -238,7 +244,10 @@ func (s *Server) restReadQueue(c call) {
 	if !ok {
 		return
 	}
-	ctx, cancel := s.waitingContext(c, wait)
+	ctx, cancel, ok := s.waitingContext(c, wait)
+	if !ok {
+		return
+	}
 	defer cancel()
 	c.Reply(queueReply(s.svc.ReadQueue(ctx, service.ReadQueueRequest{Auth: a, Stale: stale, Wait: wait})))
 }
@@ -248,7 +257,10 @@ func (s *Server) restReadJob(c call) {
 	if !ok {
 		return
 	}
-	ctx, cancel := s.waitingContext(c, wait)
+	ctx, cancel, ok := s.waitingContext(c, wait)
+	if !ok {
+		return
+	}
 	defer cancel()
 	c.Reply(jobReadReply(s.svc.ReadJob(ctx, service.ReadJobRequest{Auth: a, JobID: c.Param("job_id"), Stale: stale, Wait: wait})))
 }
@@ -266,16 +278,16 @@ func queryWaitSeconds(c call) (time.Duration, error) {
 	return service.WaitSeconds(&v, service.MaxReadWaitSeconds)
 }
 
-// waitingContext is the context of a request that may wait: the request
-// timeout plus the wait, bounded as callContext bounds a call (on the
-// front, the connection's reused deadline unless the caller sent its own).
-// It also moves the connection's write deadline past the wait, so the HTTP
-// server's write timeout does not cut the answer.
-func (s *Server) waitingContext(c call, wait time.Duration) (context.Context, context.CancelFunc) {
-	if wait > 0 {
-		c.ExtendWrite(time.Now().Add(s.cfg.RequestTimeout + wait + 5*time.Second))
+// waitingContext is the context of a call that may wait up to wait before
+// its answer (the request timeout plus the wait). ok is false when the call
+// was handed to a server that notices its client leaving while it waits:
+// the handler then returns at once, without an answer.
+func (s *Server) waitingContext(c call, wait time.Duration) (ctx context.Context, cancel context.CancelFunc, ok bool) {
+	if wait > 0 && !c.Waits(time.Now().Add(s.cfg.RequestTimeout+wait+5*time.Second)) {
+		return nil, nil, false
 	}
-	return c.Bounded(s.cfg.RequestTimeout + wait)
+	ctx, cancel = c.Bounded(s.cfg.RequestTimeout + wait)
+	return ctx, cancel, true
 }
 
 // callContext bounds a call's work by the request timeout.

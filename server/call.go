@@ -9,7 +9,8 @@ import (
 )
 
 // call is one API request, whichever HTTP server read it: gin's router
-// (every request) or the front (the common API requests on plain HTTP). The
+// (every request) or the front (the common API requests on plain HTTP, see
+// internal/httpfront). The
 // REST handlers read their input and write their answer only through it, so
 // both servers run the same handler and answer alike.
 type call interface {
@@ -31,9 +32,11 @@ type call interface {
 	Bounded(timeout time.Duration) (context.Context, context.CancelFunc)
 	// ClientIP is the address the request came from.
 	ClientIP() string
-	// ExtendWrite moves the answer's write deadline to t, for a request
-	// that waits longer than the server's write timeout.
-	ExtendWrite(t time.Time)
+	// Waits readies the call to wait until t before its answer (the write
+	// deadline moves there). It reports false when this server cannot
+	// notice the client leaving while the call waits and has handed the
+	// request, unanswered, to one that can: the caller returns at once.
+	Waits(t time.Time) bool
 	// Reply writes the answer.
 	Reply(r reply)
 }
@@ -56,8 +59,9 @@ func (g ginCall) Bounded(timeout time.Duration) (context.Context, context.Cancel
 	return context.WithTimeout(g.c.Request.Context(), timeout)
 }
 
-func (g ginCall) ExtendWrite(t time.Time) {
+func (g ginCall) Waits(t time.Time) bool {
 	_ = http.NewResponseController(g.c.Writer).SetWriteDeadline(t)
+	return true
 }
 
 // Body returns what bufferBody read, or reads an unbuffered body.

@@ -55,13 +55,6 @@ func (d *callDeadline) expire() {
 	}
 }
 
-// stop stops the timer of a connection that is done.
-func (d *callDeadline) stop() {
-	if d.timer != nil {
-		d.timer.Stop()
-	}
-}
-
 // Deadline is the current call's deadline.
 func (d *callDeadline) Deadline() (time.Time, bool) {
 	d.mu.Lock()

@@ -3,14 +3,14 @@ package server
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/httpfront"
 )
 
 func TestCallDeadlineExpires(t *testing.T) {
 	var d callDeadline
-	defer d.stop()
 	ctx, end := d.begin(20 * time.Millisecond)
 	defer end()
 	if at, ok := ctx.Deadline(); !ok || time.Until(at) > 20*time.Millisecond {
@@ -38,7 +38,6 @@ func waitDeadlineExceeded(t *testing.T, ctx context.Context) {
 
 func TestCallDeadlineEndedCallLeavesTheNextAlone(t *testing.T) {
 	var d callDeadline
-	defer d.stop()
 	ctx, end := d.begin(time.Hour)
 	first := ctx.Done()
 	end()
@@ -65,7 +64,6 @@ func TestCallDeadlineEndedCallLeavesTheNextAlone(t *testing.T) {
 
 func TestCallDeadlineAfterExpiryGivesANewChannel(t *testing.T) {
 	var d callDeadline
-	defer d.stop()
 	ctx, end := d.begin(time.Millisecond)
 	<-ctx.Done()
 	end()
@@ -90,7 +88,6 @@ func TestCallDeadlineAfterExpiryGivesANewChannel(t *testing.T) {
 // deadline passes.
 func TestCallDeadlineDerived(t *testing.T) {
 	var d callDeadline
-	defer d.stop()
 	ctx, end := d.begin(20 * time.Millisecond)
 	defer end()
 	child, cancel := context.WithCancel(ctx)
@@ -103,8 +100,7 @@ func TestCallDeadlineDerived(t *testing.T) {
 // both end at the timeout asked for.
 func TestFrontCallBounded(t *testing.T) {
 	fc := &frontConn{}
-	defer fc.bound.stop()
-	c := &frontCall{fc: fc, req: &frontRequest{}, ctx: context.Background()}
+	c := &frontCall{fc: fc, r: &httpfront.Request{}, ctx: context.Background()}
 	ctx, end := c.Bounded(time.Hour)
 	if ctx != context.Context(&fc.bound) {
 		t.Fatal("a call without a caller's timeout does not use the connection's deadline")
@@ -117,7 +113,7 @@ func TestFrontCallBounded(t *testing.T) {
 	waitDeadlineExceeded(t, ctx)
 	end()
 
-	c.req.hasTO = true
+	c.timed = true
 	ctx, end = c.Bounded(20 * time.Millisecond)
 	defer end()
 	if ctx == context.Context(&fc.bound) {
@@ -126,25 +122,36 @@ func TestFrontCallBounded(t *testing.T) {
 	waitDeadlineExceeded(t, ctx)
 }
 
-// A front request that may wait is bounded by its connection's reused
-// deadline too, at the request timeout plus the wait.
-func TestWaitingContextUsesTheConnectionsDeadline(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	fc := &frontConn{conn: a}
-	defer fc.bound.stop()
-	s := &Server{cfg: Config{RequestTimeout: time.Minute}}
-	c := &frontCall{fc: fc, req: &frontRequest{}, ctx: context.Background()}
-	for _, wait := range []time.Duration{0, 30 * time.Second} {
-		ctx, end := s.waitingContext(c, wait)
-		if ctx != context.Context(&fc.bound) {
-			t.Fatalf("wait %v: the call does not use the connection's deadline", wait)
+// A front request that does not wait is bounded by its connection's reused
+// deadline; one that waits is handed to net/http, and the rate limit's
+// token it took goes back.
+func TestWaitingContextOnTheFront(t *testing.T) {
+	s := &Server{cfg: Config{RequestTimeout: time.Minute}, limiter: newRateLimiter(1, 2)}
+	fc := &frontConn{s: s, ip: "192.0.2.1"}
+	c := &frontCall{fc: fc, r: &httpfront.Request{}, ctx: context.Background()}
+	ctx, end, ok := s.waitingContext(c, 0)
+	if !ok || ctx != context.Context(&fc.bound) {
+		t.Fatalf("a call that does not wait: ok %v, its own context %v", ok, ctx != context.Context(&fc.bound))
+	}
+	if at, _ := ctx.Deadline(); time.Until(at) > time.Minute || time.Until(at) < time.Minute-time.Second {
+		t.Fatalf("deadline %v, want a minute from now", at)
+	}
+	end()
+
+	now := time.Now()
+	for range 2 {
+		if ok, _ := s.limiter.allow(fc.ip, now); !ok {
+			t.Fatal("a burst of 2 refused")
 		}
-		want := time.Minute + wait
-		if at, ok := ctx.Deadline(); !ok || time.Until(at) > want || time.Until(at) < want-time.Second {
-			t.Fatalf("wait %v: deadline %v %v, want %v from now", wait, at, ok, want)
-		}
-		end()
+	}
+	c.charged = true
+	if _, _, ok := s.waitingContext(c, 30*time.Second); ok {
+		t.Fatal("a call that waits was not handed over")
+	}
+	if ok, _ := s.limiter.allow(fc.ip, now); !ok {
+		t.Fatal("the handed-over call's token was not given back")
+	}
+	if ok, _ := s.limiter.allow(fc.ip, now); ok {
+		t.Fatal("more than one token came back")
 	}
 }

@@ -39,15 +39,27 @@ func (s *Server) callerTimeout() gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 1 || ms > client.MaxTimeoutMillis {
-			errReply(http.StatusBadRequest, client.TimeoutHeader+": must be a whole number of milliseconds from 1 to "+strconv.Itoa(client.MaxTimeoutMillis),
-				jsonenc.H{"field": client.TimeoutHeader}).write(c)
+		ms, ok := timeoutMillis(v)
+		if !ok {
+			badTimeout().write(c)
 			return
 		}
 		c.Request = c.Request.WithContext(s.callerDeadline(c.Request.Context(), ms, time.Now()))
 		c.Next()
 	}
+}
+
+// timeoutMillis parses a client.TimeoutHeader value.
+func timeoutMillis(v string) (int64, bool) {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	return ms, err == nil && ms >= 1 && ms <= client.MaxTimeoutMillis
+}
+
+// badTimeout is the answer to a client.TimeoutHeader that timeoutMillis
+// refuses.
+func badTimeout() reply {
+	return errReply(http.StatusBadRequest, client.TimeoutHeader+": must be a whole number of milliseconds from 1 to "+strconv.Itoa(client.MaxTimeoutMillis),
+		jsonenc.H{"field": client.TimeoutHeader})
 }
 
 // callerDeadline puts into ctx the time, for a caller that waits ms
@@ -271,7 +283,7 @@ func (s *Server) forward(c *gin.Context, leaderHTTP string) {
 		// The request may wait on the leader for up to its wait_seconds,
 		// which only the leader reads.
 		cancel()
-		ctx, cancel = s.waitingContext(s.callOf(c), service.MaxAcquireWaitSeconds*time.Second)
+		ctx, cancel, _ = s.waitingContext(s.callOf(c), service.MaxAcquireWaitSeconds*time.Second) // gin's calls always wait
 	}
 	if req.route == BackupPath {
 		// A backup streams through as it comes, for as long as the leader takes.

@@ -43,6 +43,20 @@ func startNode(t testing.TB, id string, bootstrap bool, logs io.Writer, cfg serv
 // startNodeWithKey is startNode with the node's own cluster key.
 func startNodeWithKey(t testing.TB, id, key string, bootstrap bool, logs io.Writer, cfg server.Config) *testNode {
 	t.Helper()
+	return startNodeServing(t, id, key, bootstrap, logs, cfg, serving{})
+}
+
+// serving says how a test node's listener is served.
+type serving struct {
+	// plain serves it with net/http alone, without the front.
+	plain bool
+	// tune, when set, adjusts the HTTP server before it serves.
+	tune func(*http.Server)
+}
+
+// startNodeServing is startNodeWithKey with the listener served as how says.
+func startNodeServing(t testing.TB, id, key string, bootstrap bool, logs io.Writer, cfg server.Config, how serving) *testNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -79,11 +93,21 @@ func startNodeWithKey(t testing.TB, id, key string, bootstrap bool, logs io.Writ
 	cfg.Node, cfg.Logger = n, logger
 	srv := server.New(cfg)
 	hs := srv.HTTPServer()
-	front := srv.NewFront(ln, hs)
-	go func() { _ = hs.Serve(front) }()
+	if how.tune != nil {
+		how.tune(hs)
+	}
+	var front *server.Front
+	if how.plain {
+		go func() { _ = hs.Serve(ln) }()
+	} else {
+		front = srv.NewFront(ln, hs)
+		go func() { _ = hs.Serve(front) }()
+	}
 	t.Cleanup(func() {
 		_ = hs.Close()
-		front.CloseNow()
+		if front != nil {
+			front.CloseNow()
+		}
 		srv.Close()
 		_ = n.Kill()
 	})

@@ -65,6 +65,17 @@ func (l *rateLimiter) allow(ip string, now time.Time) (bool, int) {
 	return false, int(math.Ceil((1 - b.tokens) / l.rate))
 }
 
+// refund gives back the token allow took for ip, for a request handed to a
+// server that counts it again. The bucket is then as if allow had not run:
+// the refill allow added is capped at burst either way.
+func (l *rateLimiter) refund(ip string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b, ok := l.buckets[ip]; ok {
+		b.tokens = math.Min(l.burst, b.tokens+1)
+	}
+}
+
 // limit applies the per-address request limit to client requests. Requests
 // forwarded by an authenticated peer were counted where they entered.
 func (s *Server) limit() gin.HandlerFunc {
