@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -124,6 +126,30 @@ func (c *cliEnv) file(name, content string) string {
 	return "@" + p
 }
 
+// fakeNode is an HTTP server that gives every request the same answer
+// and counts them.
+type fakeNode struct {
+	addr string // host:port
+	hits atomic.Int64
+}
+
+// answering starts a fakeNode answering status with body (and
+// Retry-After: 1) until the test ends.
+func answering(t *testing.T, status int, body string) *fakeNode {
+	t.Helper()
+	f := &fakeNode{}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		f.hits.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(s.Close)
+	f.addr = s.Listener.Addr().String()
+	return f
+}
+
 func jsonOf(t *testing.T, s string) map[string]any {
 	t.Helper()
 	var m map[string]any
@@ -209,6 +235,20 @@ func TestCLI(t *testing.T) {
 			t.Errorf("namespace through the second address: %s", r)
 		}
 		cli.want(1, []string{"HOLDFAST_ADDR=" + refused}, "lease", "namespace", "--timeout", "1s")
+
+		// A node that cannot write its storage changed nothing: the call
+		// moves on. A 507 for a cluster limit is the answer.
+		full := answering(t, http.StatusInsufficientStorage, `{"ok":false,"error":"node n9 cannot write its raft-log (no space left on device): nothing was changed","outcome":"not_applied","node_id":"n9","storage":"raft-log","retry_after_seconds":1}`)
+		r = cli.want(0, []string{"HOLDFAST_ADDR=" + full.addr + "," + c.Node(1).HTTPAddr}, "lease", "namespace", "--field", "namespace")
+		cli.secret(r.stdout)
+		if full.hits.Load() != 1 || !strings.HasPrefix(r.stdout, "ns_") {
+			t.Errorf("after a 507 storage (%d requests to it): %s", full.hits.Load(), r)
+		}
+		limit := answering(t, http.StatusInsufficientStorage, `{"ok":false,"error":"the cluster holds its maximum of 10 live queues","setting":"max_queues","limit":10}`)
+		r = cli.want(1, []string{"HOLDFAST_ADDR=" + limit.addr + "," + c.Node(1).HTTPAddr}, "lease", "namespace")
+		if !strings.Contains(r.stderr, "HTTP 507") || jsonOf(t, r.stdout)["setting"] != "max_queues" {
+			t.Errorf("a 507 for a limit was not the answer: %s", r)
+		}
 	})
 	t.Run("exec", func(t *testing.T) { cliExec(t, cli.with(t)) })
 	t.Run("slots", func(t *testing.T) {
