@@ -198,11 +198,14 @@ func TestCLI(t *testing.T) {
 	t.Run("queue", func(t *testing.T) { cliQueue(t, cli.with(t)) })
 	t.Run("cluster", func(t *testing.T) {
 		cli := cli.with(t)
-		r := cli.want(0, nil, "cluster", "status")
-		if st := jsonOf(t, r.stdout); st["node_id"] == nil || st["leader_id"] == "" {
-			t.Errorf("cluster status: %s", r.stdout)
+		// Not on a terminal, the status is the node's JSON, as with --json.
+		for _, args := range [][]string{{"cluster", "status"}, {"cluster", "status", "--json"}} {
+			r := cli.want(0, nil, args...)
+			if st := jsonOf(t, r.stdout); st["node_id"] == nil || st["leader_id"] == "" {
+				t.Errorf("%s: %s", strings.Join(args, " "), r.stdout)
+			}
 		}
-		r = cli.want(0, nil, "cluster", "settings", "--field", "settings.queue_max_jobs")
+		r := cli.want(0, nil, "cluster", "settings", "--field", "settings.queue_max_jobs")
 		if r.stdout != "100" {
 			t.Errorf("queue_max_jobs = %q, want 100", r.stdout)
 		}
