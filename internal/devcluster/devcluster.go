@@ -841,14 +841,28 @@ func (c *cluster) nodeExited(n *node) {
 	}
 	if len(n.exitTimes) >= c.cfg.CrashLimit {
 		n.leaveDown(fmt.Sprintf("left down after it exited %d times within %v, last %s", len(n.exitTimes), c.cfg.CrashWindow, n.state))
-		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s), %d times within %v: leaving it down; the others keep serving. "+
+		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s), %d times within %v: leaving it down; %s. "+
 			"Its log is %s; to bring it back, start holdfast dev again (Ctrl-C, then the same command), or run it yourself: %s %s\n",
-			n.ID, n.state, len(n.exitTimes), c.cfg.CrashWindow, n.logPath, c.cfg.Executable, strings.Join(n.args, " "))
+			n.ID, n.state, len(n.exitTimes), c.cfg.CrashWindow, c.others(n), n.logPath, c.cfg.Executable, strings.Join(n.args, " "))
 		return
 	}
-	fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s); the others keep serving; restarting it in %v (log %s)\n",
-		n.ID, n.state, c.cfg.RestartDelay, n.logPath)
+	fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s); %s; restarting it in %v (log %s)\n",
+		n.ID, n.state, c.others(n), c.cfg.RestartDelay, n.logPath)
 	n.restartAt = time.AfterFunc(c.cfg.RestartDelay, func() { c.restarts <- n })
+}
+
+// others says whether the nodes other than n, which just exited, still
+// run.
+func (c *cluster) others(n *node) string {
+	for _, o := range c.nodes {
+		if o != n && !o.exited() {
+			return "the others keep serving"
+		}
+	}
+	if len(c.nodes) == 1 {
+		return "it is the only node"
+	}
+	return "no other node is running"
 }
 
 // restart starts n again, on the spawning goroutine, and watches for it

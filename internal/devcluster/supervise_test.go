@@ -204,6 +204,11 @@ func TestAllDownEndsRun(t *testing.T) {
 		if !errors.Is(err, ErrAllDown) {
 			t.Errorf("Run returned %v, not ErrAllDown", err)
 		}
+		for _, want := range []string{"n1 exited (signal: killed); the others keep serving;", "n3 exited (signal: killed); no other node is running;"} {
+			if !strings.Contains(r.stderr.String(), want) {
+				t.Errorf("no %q in:\n%s", want, r.stderr.String())
+			}
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run still waits with every node down")
 	}
