@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -124,6 +126,30 @@ func (c *cliEnv) file(name, content string) string {
 	return "@" + p
 }
 
+// fakeNode is an HTTP server that gives every request the same answer
+// and counts them.
+type fakeNode struct {
+	addr string // host:port
+	hits atomic.Int64
+}
+
+// answering starts a fakeNode answering status with body (and
+// Retry-After: 1) until the test ends.
+func answering(t *testing.T, status int, body string) *fakeNode {
+	t.Helper()
+	f := &fakeNode{}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		f.hits.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(s.Close)
+	f.addr = s.Listener.Addr().String()
+	return f
+}
+
 func jsonOf(t *testing.T, s string) map[string]any {
 	t.Helper()
 	var m map[string]any
@@ -172,11 +198,14 @@ func TestCLI(t *testing.T) {
 	t.Run("queue", func(t *testing.T) { cliQueue(t, cli.with(t)) })
 	t.Run("cluster", func(t *testing.T) {
 		cli := cli.with(t)
-		r := cli.want(0, nil, "cluster", "status")
-		if st := jsonOf(t, r.stdout); st["node_id"] == nil || st["leader_id"] == "" {
-			t.Errorf("cluster status: %s", r.stdout)
+		// Not on a terminal, the status is the node's JSON, as with --json.
+		for _, args := range [][]string{{"cluster", "status"}, {"cluster", "status", "--json"}} {
+			r := cli.want(0, nil, args...)
+			if st := jsonOf(t, r.stdout); st["node_id"] == nil || st["leader_id"] == "" {
+				t.Errorf("%s: %s", strings.Join(args, " "), r.stdout)
+			}
 		}
-		r = cli.want(0, nil, "cluster", "settings", "--field", "settings.queue_max_jobs")
+		r := cli.want(0, nil, "cluster", "settings", "--field", "settings.queue_max_jobs")
 		if r.stdout != "100" {
 			t.Errorf("queue_max_jobs = %q, want 100", r.stdout)
 		}
@@ -209,6 +238,20 @@ func TestCLI(t *testing.T) {
 			t.Errorf("namespace through the second address: %s", r)
 		}
 		cli.want(1, []string{"HOLDFAST_ADDR=" + refused}, "lease", "namespace", "--timeout", "1s")
+
+		// A node that cannot write its storage changed nothing: the call
+		// moves on. A 507 for a cluster limit is the answer.
+		full := answering(t, http.StatusInsufficientStorage, `{"ok":false,"error":"node n9 cannot write its raft-log (no space left on device): nothing was changed","outcome":"not_applied","node_id":"n9","storage":"raft-log","retry_after_seconds":1}`)
+		r = cli.want(0, []string{"HOLDFAST_ADDR=" + full.addr + "," + c.Node(1).HTTPAddr}, "lease", "namespace", "--field", "namespace")
+		cli.secret(r.stdout)
+		if full.hits.Load() != 1 || !strings.HasPrefix(r.stdout, "ns_") {
+			t.Errorf("after a 507 storage (%d requests to it): %s", full.hits.Load(), r)
+		}
+		limit := answering(t, http.StatusInsufficientStorage, `{"ok":false,"error":"the cluster holds its maximum of 10 live queues","setting":"max_queues","limit":10}`)
+		r = cli.want(1, []string{"HOLDFAST_ADDR=" + limit.addr + "," + c.Node(1).HTTPAddr}, "lease", "namespace")
+		if !strings.Contains(r.stderr, "HTTP 507") || jsonOf(t, r.stdout)["setting"] != "max_queues" {
+			t.Errorf("a 507 for a limit was not the answer: %s", r)
+		}
 	})
 	t.Run("exec", func(t *testing.T) { cliExec(t, cli.with(t)) })
 	t.Run("slots", func(t *testing.T) {

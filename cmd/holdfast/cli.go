@@ -106,15 +106,21 @@ func (o *clientOpts) client() (*client.Client, error) {
 			return nil, err
 		}
 	}
-	return client.New(client.Config{
-		Addrs:           client.SplitAddrs(o.addr),
+	return client.New(o.config(client.SplitAddrs(o.addr), o.timeout, key))
+}
+
+// config is the client configuration of the flags' TLS files and
+// connection bound, for the nodes at addrs.
+func (o *clientOpts) config(addrs []string, timeout time.Duration, clusterKey string) client.Config {
+	return client.Config{
+		Addrs:           addrs,
 		CAFile:          o.caFile,
 		CertFile:        o.certFile,
 		KeyFile:         o.keyFile,
-		Timeout:         o.timeout,
-		ClusterKey:      key,
+		Timeout:         timeout,
+		ClusterKey:      clusterKey,
 		MaxConnsPerHost: o.maxConns,
-	})
+	}
 }
 
 // secretValue is a flag for a secret: the value itself, @FILE to read it

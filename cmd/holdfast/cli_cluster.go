@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,26 +10,40 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/holdfast/holdfast/cluster"
 	"github.com/holdfast/holdfast/internal/client"
 )
 
 // clusterCommand runs "holdfast cluster <verb>".
 func clusterCommand(args []string, stdout, stderr io.Writer) int {
 	return dispatch("cluster", []subcommand{
-		{"status", "one node's view: its state, the leader, the Raft indexes and the members", clusterStatus},
+		{"status", "one node's view: its state, the leader, the Raft indexes and the members (a table on a terminal, else JSON)", clusterStatus},
 		{"settings", "read the replicated limits, or change some with --set NAME=VALUE (cluster key)", clusterSettings},
 		{"join", "add or update a voter (cluster key)", clusterJoin},
 		{"remove", "remove a member (cluster key)", clusterRemove},
 	}, args, stdout, stderr)
 }
 
+// clusterStatus prints a node's status: a table when stdout is a
+// terminal, else (and with --json) the node's JSON answer.
 func clusterStatus(args []string, stdout, stderr io.Writer) int {
+	return clusterStatusTo(args, stdout, stderr, isTerminal(stdout))
+}
+
+// clusterStatusTo is clusterStatus with the choice of a terminal made by
+// the caller: tty prints the table unless --json or --field is given.
+func clusterStatusTo(args []string, stdout, stderr io.Writer, tty bool) int {
 	fs := newFlags("cluster status", stderr)
 	o := addClientFlags(fs)
+	asJSON := fs.Bool("json", false, "print the node's JSON answer, as a pipe or a file gets it, instead of the table a terminal gets")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	return call{cmd: "cluster status", opts: o, req: client.Request{Method: http.MethodGet, Path: "/cluster/status", Repeatable: true}}.run(stdout, stderr)
+	c := call{cmd: "cluster status", opts: o, req: client.Request{Method: http.MethodGet, Path: cluster.StatusPath, Repeatable: true}}
+	if tty && !*asJSON && o.field == "" {
+		c.render = func(body []byte, w io.Writer) error { return statusTable(context.Background(), o, body, w) }
+	}
+	return c.run(stdout, stderr)
 }
 
 // settingList collects repeated --set NAME=VALUE flags.

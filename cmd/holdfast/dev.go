@@ -39,8 +39,10 @@ the same --dir, the cluster keeps its data and its addresses (recorded in
 
 A node that stops while the cluster runs (it crashed, or you killed it to
 try a failover) is named on stderr and started again after 3s on the same
-data and addresses; the others keep serving meanwhile. A node that stops 3
-times within 2 minutes is left down, with the command line that starts it.
+data and addresses, and named again once it is ready; the others keep
+serving meanwhile. A node that stops 3 times within 2 minutes is left down,
+with the command line that starts it. When every node is left down,
+holdfast dev says why each one is and exits with status 1.
 
 `)
 		fs.PrintDefaults()

@@ -79,9 +79,10 @@ Commands:
 
 Run "holdfast serve -h" for the node's flags, "holdfast <command> -h" for any other's.
 
-Client commands print the API's JSON answer on stdout and exit with
+Client commands print the API's JSON answer on stdout (cluster status, on a
+terminal, a table; --json for the JSON) and exit with
   0 success   1 any other failure   2 usage error   3 try later (held, 429, 503,
-  outcome unknown, empty queue)   4 conflict (fingerprint or payload)   5 lost
-  (owner token or receipt no longer valid)
+  507 storage, outcome unknown, empty queue)   4 conflict (fingerprint or
+  payload)   5 lost (owner token or receipt no longer valid)
 `)
 }

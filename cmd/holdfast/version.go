@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 )
 
 // versionInfo describes the binary from its build information: the module
@@ -28,6 +29,24 @@ func versionInfo() string {
 		commit += "+dirty"
 	}
 	return fmt.Sprintf("holdfast %s commit %s %s", bi.Main.Version, commit, bi.GoVersion)
+}
+
+// shortVersion is a build_version as versionInfo writes it cut down to the
+// module version and the commit's first 7 characters ("(devel) 1a2b3c4"),
+// for a table; another form is returned whole, an empty one as "-".
+func shortVersion(v string) string {
+	f := strings.Fields(v)
+	if len(f) != 5 || f[0] != "holdfast" || f[2] != "commit" {
+		return orDash(v)
+	}
+	commit, dirty := strings.CutSuffix(f[3], "+dirty")
+	if len(commit) > 7 {
+		commit = commit[:7]
+	}
+	if dirty {
+		commit += "+dirty"
+	}
+	return f[1] + " " + commit
 }
 
 func version(stdout io.Writer) int {

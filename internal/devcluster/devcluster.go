@@ -92,6 +92,11 @@ type Config struct {
 	CrashWindow time.Duration
 }
 
+// ErrAllDown is wrapped by the error Run returns when every node has been
+// left down (each exited too often, or could not be started again): nothing
+// is left to serve, so Run ends instead of waiting for a signal.
+var ErrAllDown = errors.New("every node is down")
+
 // UsageError is an error in what the caller asked for: a bad node count, or
 // a directory that is not a dev directory. `holdfast dev` exits 2 on it.
 type UsageError struct{ msg string }
@@ -153,8 +158,19 @@ type node struct {
 	ok    bool          // exited with status 0
 
 	exitTimes []time.Time // its exits while the cluster ran, within CrashWindow
-	down      bool        // left down after too many exits
+	down      bool        // left down: it exited too often, or could not be started again
+	downWhy   string      // why it was left down
 	restartAt *time.Timer // the pause before its restart, while one runs
+}
+
+// leaveDown marks n as left down for the reason why.
+func (n *node) leaveDown(why string) {
+	n.down, n.downWhy = true, why
+}
+
+// downReport names n, why it was left down and its log.
+func (n *node) downReport() string {
+	return fmt.Sprintf("%s (%s; log %s)", n.ID, n.downWhy, n.logPath)
 }
 
 func (n *node) exited() bool {
@@ -182,6 +198,18 @@ type cluster struct {
 	spawn chan spawnRequest
 	// restarts receives a node whose restart pause is over.
 	restarts chan *node
+	// readied receives a restarted node once it is ready (see watchReady).
+	readied chan readyAgain
+	// ended is closed once Run has stopped every node.
+	ended <-chan struct{}
+}
+
+// readyAgain is a restarted node found ready: done is closed when the
+// process found ready exits, at is when it was started.
+type readyAgain struct {
+	n    *node
+	done <-chan struct{}
+	at   time.Time
 }
 
 // spawnRequest asks the spawning goroutine to start n again.
@@ -196,7 +224,8 @@ type spawnRequest struct {
 // serving (see wait). It returns nil after a signal once every node
 // stopped cleanly; a *UsageError for a bad Config or directory; a
 // *NodeError when a node fails to start or to become ready (the other
-// nodes are stopped first).
+// nodes are stopped first); an error wrapping ErrAllDown when every node
+// has been left down.
 func Run(cfg Config) error {
 	cfg, err := withDefaults(cfg)
 	if err != nil {
@@ -216,6 +245,7 @@ func Run(cfg Config) error {
 	}
 	ended := make(chan struct{})
 	defer close(ended) // after every node has been stopped
+	c.ended = ended
 	if err := c.start(members, ended); err != nil {
 		c.stopAll()
 		return err
@@ -558,6 +588,7 @@ func (c *cluster) start(members []member, ended <-chan struct{}) error {
 func (c *cluster) startNodes(members []member) error {
 	c.exits = make(chan *node, len(members))
 	c.restarts = make(chan *node, len(members))
+	c.readied = make(chan readyAgain)
 	c.env = nodeEnv(c.cfg.Env)
 	for i, m := range members {
 		n := &node{
@@ -759,8 +790,10 @@ func (c *cluster) printTable() {
 
 // wait runs the cluster until a signal, then stops the nodes and returns
 // nil. A node that exits meanwhile is started again after RestartDelay, as
-// a supervisor would, while the others keep serving; one that exits
-// CrashLimit times within CrashWindow is left down.
+// a supervisor would, while the others keep serving, and named once it is
+// ready again; one that exits CrashLimit times within CrashWindow, or
+// cannot be started again, is left down. Once every node is left down it
+// returns an error wrapping ErrAllDown.
 func (c *cluster) wait() error {
 	for {
 		select {
@@ -771,8 +804,31 @@ func (c *cluster) wait() error {
 			c.nodeExited(n)
 		case n := <-c.restarts:
 			c.restart(n)
+		case r := <-c.readied:
+			select {
+			case <-r.done: // it exited again since
+			default:
+				fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s is ready again, %v after its restart\n", r.n.ID, time.Since(r.at).Round(100*time.Millisecond))
+			}
+		}
+		if err := c.allDown(); err != nil {
+			return err
 		}
 	}
+}
+
+// allDown returns an error wrapping ErrAllDown, naming every node and why
+// it is down, once every node is left down; else nil.
+func (c *cluster) allDown() error {
+	why := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		if !n.down {
+			return nil
+		}
+		why[i] = n.downReport()
+	}
+	return fmt.Errorf("%w and none will be started again: %s; nothing is left to serve: run holdfast dev again (the same command) to start the cluster on its data",
+		ErrAllDown, strings.Join(why, "; "))
 }
 
 // nodeExited says which node stopped and how, then schedules its restart
@@ -784,30 +840,70 @@ func (c *cluster) nodeExited(n *node) {
 		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %v\n", err)
 	}
 	if len(n.exitTimes) >= c.cfg.CrashLimit {
-		n.down = true
-		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s), %d times within %v: leaving it down; the others keep serving. "+
+		n.leaveDown(fmt.Sprintf("left down after it exited %d times within %v, last %s", len(n.exitTimes), c.cfg.CrashWindow, n.state))
+		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s), %d times within %v: leaving it down; %s. "+
 			"Its log is %s; to bring it back, start holdfast dev again (Ctrl-C, then the same command), or run it yourself: %s %s\n",
-			n.ID, n.state, len(n.exitTimes), c.cfg.CrashWindow, n.logPath, c.cfg.Executable, strings.Join(n.args, " "))
+			n.ID, n.state, len(n.exitTimes), c.cfg.CrashWindow, c.others(n), n.logPath, c.cfg.Executable, strings.Join(n.args, " "))
 		return
 	}
-	fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s); the others keep serving; restarting it in %v (log %s)\n",
-		n.ID, n.state, c.cfg.RestartDelay, n.logPath)
+	fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s exited (%s); %s; restarting it in %v (log %s)\n",
+		n.ID, n.state, c.others(n), c.cfg.RestartDelay, n.logPath)
 	n.restartAt = time.AfterFunc(c.cfg.RestartDelay, func() { c.restarts <- n })
 }
 
-// restart starts n again, on the spawning goroutine.
+// others says whether the nodes other than n, which just exited, still
+// run.
+func (c *cluster) others(n *node) string {
+	for _, o := range c.nodes {
+		if o != n && !o.exited() {
+			return "the others keep serving"
+		}
+	}
+	if len(c.nodes) == 1 {
+		return "it is the only node"
+	}
+	return "no other node is running"
+}
+
+// restart starts n again, on the spawning goroutine, and watches for it
+// to be ready.
 func (c *cluster) restart(n *node) {
 	n.restartAt = nil
 	r := spawnRequest{n: n, errc: make(chan error, 1)}
 	c.spawn <- r
 	if err := <-r.errc; err != nil {
-		n.down = true
+		n.leaveDown(fmt.Sprintf("could not be restarted: %v", err))
 		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %s could not be restarted: %v; leaving it down\n", n.ID, err)
 		return
 	}
 	fmt.Fprintf(c.cfg.Stderr, "holdfast dev: restarted %s (pid %d)\n", n.ID, n.cmd.Process.Pid)
 	if err := c.recordPids(); err != nil {
 		fmt.Fprintf(c.cfg.Stderr, "holdfast dev: %v\n", err)
+	}
+	go c.watchReady(readyAgain{n: n, done: n.done, at: time.Now()})
+}
+
+// watchReady polls r's node until it is ready, then hands r to wait on
+// c.readied. It gives up when that process exits or the run ends.
+func (c *cluster) watchReady(r readyAgain) {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		if ok, _ := c.ready(r.n); ok {
+			select {
+			case c.readied <- r:
+			case <-r.done:
+			case <-c.ended:
+			}
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-r.done:
+			return
+		case <-c.ended:
+			return
+		}
 	}
 }
 
@@ -827,7 +923,7 @@ func (c *cluster) finishStop() error {
 		if !n.exited() {
 			bad = append(bad, fmt.Sprintf("%s (still running as pid %d)", n.ID, n.cmd.Process.Pid))
 		} else if n.down {
-			bad = append(bad, fmt.Sprintf("%s (left down after it exited %d times, last %s; log %s)", n.ID, len(n.exitTimes), n.state, n.logPath))
+			bad = append(bad, n.downReport())
 		} else if !n.ok {
 			bad = append(bad, fmt.Sprintf("%s (%s, log %s)", n.ID, n.state, n.logPath))
 		}

@@ -45,6 +45,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envRunDev) == "1" {
 		os.Exit(devMain(os.Args[1:]))
 	}
+	if os.Getenv(envFakeNode) == "1" {
+		os.Exit(fakeNodeMain(os.Args[1:]))
+	}
 	code := m.Run()
 	build.cleanup()
 	os.Exit(code)

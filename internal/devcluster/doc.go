@@ -20,8 +20,10 @@
 // Once the cluster is ready, a node that exits (a crash, kill -9, a SIGTERM
 // from elsewhere) is named and started again after a pause on the same
 // data directory and addresses, while the others keep serving, as a real
-// cluster's supervisor would; one that keeps exiting is left down, with the
-// command line that starts it.
+// cluster's supervisor would, and named again once it is ready; one that
+// keeps exiting is left down, with the command line that starts it, as is
+// one that cannot be started again. Once every node is left down, Run
+// ends with an error saying why each is down.
 //
 // It must never signal a process it did not start, never remove a
 // directory that is not a dev directory, and never leave a node running
