@@ -6,7 +6,7 @@ import "github.com/holdfast/holdfast/internal/wire"
 // a set of formats: every log entry type and body version, the snapshot
 // format and every peer-link frame belongs to the level that introduced
 // it, and none is written before the cluster's active level includes it.
-// Raise it, and extend RequiredLevel and the README's table, whenever a
+// Raise it, and extend RequiredLevel and cluster/README.md's table, whenever a
 // format changes.
 //
 //   - Level 0: the formats of the builds before levels: entry types 1-16

@@ -14,18 +14,19 @@ import (
 	"time"
 )
 
-// readmeSection returns the README's text from the heading title to the next
-// heading of the same level.
-func readmeSection(t *testing.T, title string) string {
+// markdownSection returns the text of the markdown file name (a path from the
+// repository's root) from the heading title to the next heading of the same
+// level.
+func markdownSection(t *testing.T, name, title string) string {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	doc, err := os.ReadFile(filepath.Join("..", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(readme)
+	text := string(doc)
 	start := strings.Index(text, "\n"+title+"\n")
 	if start < 0 {
-		t.Fatalf("the README has no section %q", title)
+		t.Fatalf("%s has no section %q", name, title)
 	}
 	level := strings.SplitN(title, " ", 2)[0]
 	rest := text[start+len(title)+2:]
@@ -35,11 +36,11 @@ func readmeSection(t *testing.T, title string) string {
 	return rest
 }
 
-// TestServiceFiles checks the README's systemd unit with systemd-analyze
-// verify (any complaint fails) and every variable of its environment file
-// against the flags `holdfast serve` has.
+// TestServiceFiles checks the systemd unit of cluster/README.md (the README
+// links to it) with systemd-analyze verify (any complaint fails) and every
+// variable of its environment file against the flags `holdfast serve` has.
 func TestServiceFiles(t *testing.T) {
-	section := readmeSection(t, "## Running as a service")
+	section := markdownSection(t, "cluster/README.md", "## Running as a service")
 	envBlock := regexp.MustCompile("(?s)`/etc/holdfast/holdfast.env`.*?```sh\n(.*?)```").FindStringSubmatch(section)
 	unitBlock := regexp.MustCompile("(?s)`/etc/systemd/system/holdfast.service`:\n\n```ini\n(.*?)```").FindStringSubmatch(section)
 	if envBlock == nil || unitBlock == nil {
