@@ -55,9 +55,6 @@ type frontConn struct {
 	routes []apiRouteSpec
 	ip     string
 	call   frontCall
-	// bound is the context of the calls bounded by the request timeout
-	// alone, reused from call to call.
-	bound callDeadline
 	// fields and body are the answer's, reused.
 	fields [3]httpfront.Field
 	body   []byte
@@ -75,8 +72,8 @@ func (fc *frontConn) Admit(r *httpfront.Request) bool {
 		}
 		c.ctx, c.timed = s.callerDeadline(c.ctx, ms, r.Start), true
 	}
-	if s.limiter.rate > 0 {
-		if ok, _ := s.limiter.allow(fc.ip, r.Start); !ok {
+	if s.limiter.Limits() {
+		if ok, _ := s.limiter.Allow(fc.ip, r.Start); !ok {
 			return false
 		}
 		c.charged = true
@@ -146,7 +143,7 @@ type frontCall struct {
 // rate limit again: the token taken here goes back.
 func (c *frontCall) handOver() {
 	if c.charged {
-		c.fc.s.limiter.refund(c.fc.ip)
+		c.fc.s.limiter.Refund(c.fc.ip)
 		c.charged = false
 	}
 	c.r.HandOver()
@@ -172,7 +169,7 @@ func (c *frontCall) Context() context.Context { return c.ctx }
 // caller's deadline uses the connection's reused one.
 func (c *frontCall) Bounded(timeout time.Duration) (context.Context, context.CancelFunc) {
 	if !c.timed {
-		return c.fc.bound.begin(timeout)
+		return c.r.Bounded(timeout)
 	}
 	return context.WithTimeout(c.ctx, timeout)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/internal/secret"
+	"github.com/holdfast/holdfast/internal/strictjson"
 	"github.com/holdfast/holdfast/server/service"
 )
 
@@ -511,7 +512,7 @@ func (t *toolDef) parseArgs(raw json.RawMessage) (toolArgs, error) {
 	args := toolArgs{}
 	if len(raw) > 0 && string(raw) != "null" {
 		if err := jsonv2.Unmarshal(raw, &args); err != nil {
-			return nil, describeJSONError(raw, err).argumentError(t.name)
+			return nil, argumentProblem(strictjson.Describe(raw, err), t.name)
 		}
 		if args == nil {
 			return nil, fmt.Errorf("tool %s: arguments must be a JSON object", t.name)

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/internal/ratelimit"
 	"github.com/holdfast/holdfast/server/service"
 )
 
@@ -45,7 +46,7 @@ type Server struct {
 	engine  *gin.Engine
 	proxy   *http.Transport
 	metrics *metrics
-	limiter *rateLimiter
+	limiter *ratelimit.Limiter
 	svc     *service.Service
 }
 
@@ -69,7 +70,7 @@ func New(cfg Config) *Server {
 	s.svc = service.New(service.Config{Node: cfg.Node, Logger: s.log, LeaderWait: cfg.LeaderWait,
 		RequestTimeout: cfg.RequestTimeout, Dialer: linkDialer{node: cfg.Node}})
 	s.svc.RegisterMetrics(s.metrics.reg)
-	s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
+	s.limiter = ratelimit.New(cfg.RateLimit, cfg.RateBurst)
 	s.engine = gin.New()
 	s.engine.HandleMethodNotAllowed = true
 	s.engine.RedirectTrailingSlash = false

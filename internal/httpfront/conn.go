@@ -139,6 +139,8 @@ type conn struct {
 	rd, wd time.Time
 	req    Request
 	head   headParser
+	// bound is the context Request.Bounded gives.
+	bound callDeadline
 }
 
 // serve answers the connection's requests until it closes or is handed

@@ -1,12 +1,10 @@
-package server
+package httpfront
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/holdfast/holdfast/internal/httpfront"
 )
 
 func TestCallDeadlineExpires(t *testing.T) {
@@ -95,63 +93,19 @@ func TestCallDeadlineDerived(t *testing.T) {
 	waitDeadlineExceeded(t, child)
 }
 
-// A front call without a caller's timeout is bounded by its connection's
-// reused deadline, one with X-Holdfast-Timeout by a context of its own;
-// both end at the timeout asked for.
-func TestFrontCallBounded(t *testing.T) {
-	fc := &frontConn{}
-	c := &frontCall{fc: fc, r: &httpfront.Request{}, ctx: context.Background()}
-	ctx, end := c.Bounded(time.Hour)
-	if ctx != context.Context(&fc.bound) {
-		t.Fatal("a call without a caller's timeout does not use the connection's deadline")
+// A request's Bounded context is its connection's, reused: the same
+// object for every request, ending at the timeout asked for.
+func TestRequestBoundedIsTheConnections(t *testing.T) {
+	r := &Request{c: &conn{}}
+	ctx, end := r.Bounded(time.Hour)
+	if ctx != context.Context(&r.c.bound) {
+		t.Fatal("a request's bounded context is not its connection's")
 	}
 	if at, ok := ctx.Deadline(); !ok || time.Until(at) < 59*time.Minute || time.Until(at) > time.Hour {
 		t.Fatalf("deadline %v %v, want an hour from now", at, ok)
 	}
 	end()
-	ctx, end = c.Bounded(20 * time.Millisecond)
-	waitDeadlineExceeded(t, ctx)
-	end()
-
-	c.timed = true
-	ctx, end = c.Bounded(20 * time.Millisecond)
+	ctx, end = r.Bounded(20 * time.Millisecond)
 	defer end()
-	if ctx == context.Context(&fc.bound) {
-		t.Fatal("a call with a caller's timeout uses the connection's deadline")
-	}
 	waitDeadlineExceeded(t, ctx)
-}
-
-// A front request that does not wait is bounded by its connection's reused
-// deadline; one that waits is handed to net/http, and the rate limit's
-// token it took goes back.
-func TestWaitingContextOnTheFront(t *testing.T) {
-	s := &Server{cfg: Config{RequestTimeout: time.Minute}, limiter: newRateLimiter(1, 2)}
-	fc := &frontConn{s: s, ip: "192.0.2.1"}
-	c := &frontCall{fc: fc, r: &httpfront.Request{}, ctx: context.Background()}
-	ctx, end, ok := s.waitingContext(c, 0)
-	if !ok || ctx != context.Context(&fc.bound) {
-		t.Fatalf("a call that does not wait: ok %v, its own context %v", ok, ctx != context.Context(&fc.bound))
-	}
-	if at, _ := ctx.Deadline(); time.Until(at) > time.Minute || time.Until(at) < time.Minute-time.Second {
-		t.Fatalf("deadline %v, want a minute from now", at)
-	}
-	end()
-
-	now := time.Now()
-	for range 2 {
-		if ok, _ := s.limiter.allow(fc.ip, now); !ok {
-			t.Fatal("a burst of 2 refused")
-		}
-	}
-	c.charged = true
-	if _, _, ok := s.waitingContext(c, 30*time.Second); ok {
-		t.Fatal("a call that waits was not handed over")
-	}
-	if ok, _ := s.limiter.allow(fc.ip, now); !ok {
-		t.Fatal("the handed-over call's token was not given back")
-	}
-	if ok, _ := s.limiter.allow(fc.ip, now); ok {
-		t.Fatal("more than one token came back")
-	}
 }

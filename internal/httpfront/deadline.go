@@ -1,4 +1,4 @@
-package server
+package httpfront
 
 import (
 	"context"
@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// callDeadline is the context of the calls of one front connection that are
-// bounded by the request timeout alone: one timer and one done channel,
+// callDeadline is the context of the requests of one connection that a
+// handler bounds by a timeout alone (Request.Bounded): one timer and one
+// done channel,
 // reused from call to call, in place of a context, a timer and a channel
 // made for every request. The calls of a connection run one after another,
 // and nothing a call starts uses its context once the call has returned.
@@ -76,6 +77,15 @@ func (d *callDeadline) Err() error {
 	return d.err
 }
 
-// Value carries no values: the calls it bounds start from
+// Value carries no values: the requests it bounds start from
 // context.Background.
 func (*callDeadline) Value(any) any { return nil }
+
+// Bounded is a context for the request's work that ends timeout from now:
+// the connection's own, reused from request to request (so a request that
+// is served makes no context, timer or channel of its own). Its CancelFunc
+// must be called once the work is done, and the context is not used after,
+// nor by anything the work started.
+func (r *Request) Bounded(timeout time.Duration) (context.Context, context.CancelFunc) {
+	return r.c.bound.begin(timeout)
+}
