@@ -157,7 +157,15 @@ func (c *conn) serve() {
 	// first four bytes are there.
 	t0 := c.accepted
 	for first := true; ; first = false {
-		if !first {
+		if first {
+			// A connection that sends nothing is idle, for Shutdown, and
+			// is closed without an answer when its header timeout passes
+			// or it ends, as net/http closes it.
+			if err := c.await(1, after(t0, c.f.headerTimeout())); err != nil {
+				_ = c.nc.Close()
+				return
+			}
+		} else {
 			answered := time.Now()
 			if err := c.await(4, after(answered, c.f.idleTimeout())); err != nil {
 				_ = c.nc.Close() // net/http closes it without an answer too
