@@ -78,6 +78,27 @@ func (l *levels) of(id string) (memberReport, bool) {
 	return r, ok
 }
 
+// lowestReported is the lowest of from and the levels the members of
+// servers other than self reported within reportFresh of now. A member
+// with no fresh report is returned as missing, and the level is then not
+// to be used.
+func (l *levels) lowestReported(servers []raft.Server, self string, from uint32, now time.Time) (level uint32, missing string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	level = from
+	for _, s := range servers {
+		if string(s.ID) == self {
+			continue
+		}
+		r, ok := l.reports[string(s.ID)]
+		if !ok || now.Sub(r.at) > reportFresh {
+			return 0, string(s.ID)
+		}
+		level = min(level, r.level)
+	}
+	return level, ""
+}
+
 // settled reports whether the configuration servers has stood unchanged
 // for at least d.
 func (l *levels) settled(servers []raft.Server, now time.Time, d time.Duration) bool {
@@ -258,30 +279,31 @@ func (n *Node) raiseLevel(active uint32) {
 	now := time.Now()
 	target := fsm.BuildLevel
 	if !plantedLevelGate {
-		if !n.levels.settled(f.Configuration().Servers, now, n.cfg.LevelSettle) {
+		servers := f.Configuration().Servers
+		if !n.levels.settled(servers, now, n.cfg.LevelSettle) {
 			return
 		}
-		for _, s := range f.Configuration().Servers {
-			if string(s.ID) == n.cfg.NodeID {
-				continue
-			}
-			r, ok := n.levels.of(string(s.ID))
-			if !ok || now.Sub(r.at) > reportFresh {
-				return
-			}
-			target = min(target, r.level)
+		var missing string
+		if target, missing = n.levels.lowestReported(servers, n.cfg.NodeID, target, now); missing != "" {
+			return
 		}
 	}
+	n.proposeLevel(context.Background(), active, target, "raised the cluster level: every member speaks it")
+}
+
+// proposeLevel commits a SetLevel to target if it is above active, and
+// logs why with the outcome.
+func (n *Node) proposeLevel(ctx context.Context, active, target uint32, why string) {
 	if target <= active {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := n.Propose(ctx, &fsm.SetLevel{Now: n.Now(), Level: target}); err != nil {
 		n.log.Warn("could not raise the cluster level", "level", target, "error", err)
 		return
 	}
-	n.log.Info("raised the cluster level: every member speaks it", "from", active, "to", target)
+	n.log.Info(why, "from", active, "to", target)
 }
 
 // checkLevel refuses commands whose entries need a higher level than the
