@@ -296,11 +296,17 @@ func (n *Node) hasConfiguration() bool {
 
 // registerLoop keeps this node's directory entry right: a follower whose
 // entry is missing or stale (new addresses after a restart) asks the leader
-// to update it.
+// to update it, and a ready leader whose own record failed tries again,
+// since no follower is ready while the directory lacks its leader.
 func (n *Node) registerLoop() {
 	for n.sleep(time.Second) {
 		if n.IsLeader() {
-			continue // the leader records itself when it becomes ready
+			if n.lead.isReady() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				n.ensureSelfInDirectory(ctx)
+				cancel()
+			}
+			continue
 		}
 		me := n.self()
 		if cur, ok := n.fsm.Node(me.ID); ok && cur == me && n.inConfiguration() {
