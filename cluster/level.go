@@ -272,6 +272,10 @@ func (n *Node) tendLevel() {
 // recently. Members that report no level (builds before levels) count as
 // level 0.
 func (n *Node) raiseLevel(active uint32) {
+	if !n.memberLevel.TryLock() {
+		return // a voter is being added: the configuration is about to change
+	}
+	defer n.memberLevel.Unlock()
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return

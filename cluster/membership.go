@@ -121,6 +121,8 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 		return fmt.Errorf("%w: %s", ErrUnknownMember, req.NodeID)
 	}
 	if !req.UpdateOnly {
+		n.memberLevel.Lock()
+		defer n.memberLevel.Unlock()
 		if err := n.joinerCanFollow(ctx, req); err != nil {
 			return err
 		}
