@@ -62,7 +62,9 @@ func (n *Node) Ready() (bool, string) {
 		// Without the leader's entry in the node directory this node can
 		// forward nothing to it: a new leader records itself once it is
 		// ready, and a follower that has not applied that entry yet does
-		// not know where to send a write.
+		// not know where to send a write. A leader is ready only after it
+		// has raised a new cluster's level, so a follower that has applied
+		// the entry serves that level too.
 		if _, addr := n.Leader(); addr == "" {
 			return false, "the leader's address is not known yet: its entry in the node directory is not applied on this node"
 		}
