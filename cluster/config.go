@@ -103,6 +103,12 @@ type Config struct {
 	// HTTPClient makes node-to-node calls (default: 5 s timeout, HTTPS with
 	// the node certificate when Peer is set).
 	HTTPClient *http.Client
+
+	// testLevel, when not zero, is the level this node reports as its
+	// build's and counts for itself when it raises the cluster's, in place
+	// of fsm.BuildLevel: this package's tests lower it to stand for a
+	// member of an older build. No deployment can set it.
+	testLevel uint32
 }
 
 func (c *Config) setDefaults() {

@@ -98,8 +98,9 @@ func (n *Node) watchLeadership() {
 	}
 }
 
-// establish commits a barrier in the new term, records this node in the
-// directory, marks the term ready and runs the sweeper until the term ends.
+// establish commits a barrier in the new term, raises a new cluster's level,
+// marks the term ready, records this node in the directory and runs the
+// sweeper until the term ends.
 func (n *Node) establish(ctx context.Context, gen uint64) {
 	for {
 		err := await(ctx, n.raft.Barrier(5*time.Second))
@@ -125,6 +126,9 @@ func (n *Node) establish(ctx context.Context, gen uint64) {
 		n.TransferLeadership(ctx)
 		return
 	}
+	// A cluster this node has just formed starts at its members' level
+	// before anything reports it ready.
+	n.startAtBootLevel(ctx)
 	if !n.lead.markReady(gen) {
 		return
 	}

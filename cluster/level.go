@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,21 @@ var keyClusterLevel = []byte("holdfast.cluster.level")
 // reportFresh is how recent a member's report of its level must be for
 // the leader to count it.
 const reportFresh = 5 * time.Second
+
+// bootReportWait bounds how long the first leader of a cluster this node
+// formed waits, before it reports ready, for a fresh report from a member
+// whose last one has aged: a round of status requests (one a second, each
+// bounded by 2 s) and some.
+const bootReportWait = 3 * time.Second
+
+// bootstrapIndex is the index of the configuration BootstrapCluster writes:
+// the log's first entry.
+const bootstrapIndex = 1
+
+// maxBootLog bounds the entries after the bootstrap's that the first
+// leader of a new cluster reads to make sure none changed the
+// configuration; a longer log is not a new cluster's.
+const maxBootLog = 1024
 
 // ErrLevel is wrapped by a LevelError.
 var ErrLevel = errors.New("the cluster level is too low")
@@ -50,6 +66,53 @@ type memberReport struct {
 	at      time.Time
 }
 
+// bootPlan is what this node learned of its members' builds when it formed
+// a new cluster with them (bootstrap-expect): the configuration it
+// bootstrapped, each member of which answered its status, and the lowest
+// level they and this node's build speak.
+type bootPlan struct {
+	servers []raft.Server
+	level   uint32
+}
+
+// holds reports whether conf is the configuration the plan bootstrapped:
+// the same members at the same addresses.
+func (p *bootPlan) holds(conf raft.Configuration) bool {
+	return slices.Equal(conf.Servers, p.servers)
+}
+
+// bootConfigurationKept reports whether the log still starts with the
+// bootstrap's configuration and holds no configuration entry after it:
+// nobody was added or removed since, not even a member removed and added
+// again, which would leave the same configuration. (Raft v1.7.3's
+// GetConfiguration does not say the index of the configuration, so the log
+// is read.) A log compacted past the bootstrap, or longer than maxBootLog,
+// is not a new cluster's.
+func bootConfigurationKept(logs raft.LogStore) (bool, error) {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return false, fmt.Errorf("read the log's first index: %w", err)
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return false, fmt.Errorf("read the log's last index: %w", err)
+	}
+	if first != bootstrapIndex || last-first > maxBootLog {
+		return false, nil
+	}
+	var e raft.Log
+	for i := first; i <= last; i++ {
+		if err := logs.GetLog(i, &e); err != nil {
+			return false, fmt.Errorf("read log entry %d: %w", i, err)
+		}
+		changes := e.Type == raft.LogConfiguration || e.Type == raft.LogAddPeerDeprecated || e.Type == raft.LogRemovePeerDeprecated
+		if changes != (i == bootstrapIndex) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // levels tracks what the members report of their builds and what this node
 // has done about the active level.
 type levels struct {
@@ -58,6 +121,7 @@ type levels struct {
 	config      string    // the configuration the settling time counts from
 	configSince time.Time // when config was first seen
 	recorded    uint32    // the level last recorded in raft.db
+	boot        *bootPlan // set when this process bootstrapped a new cluster, until its first term as leader
 }
 
 // report records a member's status answer.
@@ -76,6 +140,45 @@ func (l *levels) of(id string) (memberReport, bool) {
 	defer l.mu.Unlock()
 	r, ok := l.reports[id]
 	return r, ok
+}
+
+// planBoot keeps the plan of the cluster this node is bootstrapping (nil:
+// none).
+func (l *levels) planBoot(p *bootPlan) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.boot = p
+}
+
+// takeBoot returns the bootstrap plan, if any, and forgets it: it is acted
+// on in this node's first term as leader only, while the cluster is new.
+func (l *levels) takeBoot() *bootPlan {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.boot
+	l.boot = nil
+	return p
+}
+
+// lowestReported is the lowest of from and the levels the members of
+// servers other than self reported within reportFresh of now. A member
+// with no fresh report is returned as missing, and the level is then not
+// to be used.
+func (l *levels) lowestReported(servers []raft.Server, self string, from uint32, now time.Time) (level uint32, missing string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	level = from
+	for _, s := range servers {
+		if string(s.ID) == self {
+			continue
+		}
+		r, ok := l.reports[string(s.ID)]
+		if !ok || now.Sub(r.at) > reportFresh {
+			return 0, string(s.ID)
+		}
+		level = min(level, r.level)
+	}
+	return level, ""
 }
 
 // settled reports whether the configuration servers has stood unchanged
@@ -169,7 +272,8 @@ func levelTooHigh(level uint64) error {
 // build of each level in turn (the path every release is tested on).
 // A fresh data directory takes any level, and so does one a build of this
 // level or later created (created), whose cluster's level has not risen
-// yet: a new cluster starts at level 0 until its configuration settles.
+// yet (a new cluster whose first leader could not raise it at once, or one
+// with a member of an older build).
 func checkUpgradePath(recorded, created, build uint32, hasState bool) error {
 	if !hasState || recorded+1 >= build || created >= build {
 		return nil
@@ -251,37 +355,113 @@ func (n *Node) tendLevel() {
 // recently. Members that report no level (builds before levels) count as
 // level 0.
 func (n *Node) raiseLevel(active uint32) {
+	if !n.memberLevel.TryLock() {
+		return // a voter is being added: the configuration is about to change
+	}
+	defer n.memberLevel.Unlock()
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
 	}
 	now := time.Now()
-	target := fsm.BuildLevel
+	target := n.speaks()
 	if !plantedLevelGate {
-		if !n.levels.settled(f.Configuration().Servers, now, n.cfg.LevelSettle) {
+		servers := f.Configuration().Servers
+		if !n.levels.settled(servers, now, n.cfg.LevelSettle) {
 			return
 		}
-		for _, s := range f.Configuration().Servers {
-			if string(s.ID) == n.cfg.NodeID {
-				continue
-			}
-			r, ok := n.levels.of(string(s.ID))
-			if !ok || now.Sub(r.at) > reportFresh {
-				return
-			}
-			target = min(target, r.level)
+		var missing string
+		if target, missing = n.levels.lowestReported(servers, n.cfg.NodeID, target, now); missing != "" {
+			return
 		}
 	}
+	n.proposeLevel(context.Background(), active, target, "raised the cluster level: every member speaks it")
+}
+
+// startAtBootLevel runs before the first leader of a cluster this node
+// has just formed reports ready: it raises the level at once to the lowest
+// its bootstrap members reported speaking, so a new cluster serves
+// everything its builds speak from the moment it is ready. It acts only
+// while the configuration is still the bootstrap's, whose every member
+// answered this node's status request before it was bootstrapped, and
+// only once each has reported again within reportFresh (waiting at most
+// bootReportWait for it); a member that has not reported is never counted
+// as speaking anything. Otherwise the level is left to tendLevel, which
+// raises it once the configuration has settled. The settling time is not
+// needed here: it lets a member that is briefly out of the configuration
+// (wiped and joining again) still count, and a configuration unchanged
+// since the bootstrap has nobody out of it.
+func (n *Node) startAtBootLevel(ctx context.Context) {
+	plan := n.levels.takeBoot()
+	if plan == nil || n.fsm.Level() >= plan.level {
+		return
+	}
+	deadline := time.Now().Add(bootReportWait)
+	for {
+		missing, done := n.bootLevelOnce(ctx, plan)
+		if done {
+			return
+		}
+		if time.Now().After(deadline) || !n.sleepCtx(ctx, 100*time.Millisecond) {
+			if ctx.Err() == nil {
+				n.log.Warn("no fresh report of its build from a bootstrap member; the level rises once the configuration has settled",
+					"member", missing, "waited", bootReportWait)
+			}
+			return
+		}
+	}
+}
+
+// bootLevelOnce is one attempt of startAtBootLevel: done once the level
+// is raised or cannot be by the plan, else the member whose fresh report
+// is still missing.
+func (n *Node) bootLevelOnce(ctx context.Context, plan *bootPlan) (missing string, done bool) {
+	n.memberLevel.Lock()
+	defer n.memberLevel.Unlock()
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		n.log.Warn("could not read the configuration to start the new cluster at its level", "error", err)
+		return "", true
+	}
+	kept, err := bootConfigurationKept(n.logs)
+	if err != nil {
+		n.log.Warn("could not read the log to start the new cluster at its level", "error", err)
+		return "", true
+	}
+	if !kept || !plan.holds(f.Configuration()) {
+		n.log.Info("the configuration changed since this node formed the cluster; the level rises once it has settled")
+		return "", true
+	}
+	target, missing := n.levels.lowestReported(f.Configuration().Servers, n.cfg.NodeID, plan.level, time.Now())
+	if missing != "" {
+		return missing, false
+	}
+	n.proposeLevel(ctx, n.fsm.Level(), target, "the new cluster starts at the level every bootstrap member speaks")
+	return "", true
+}
+
+// proposeLevel commits a SetLevel to target if it is above active, and
+// logs why with the outcome.
+func (n *Node) proposeLevel(ctx context.Context, active, target uint32, why string) {
 	if target <= active {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := n.Propose(ctx, &fsm.SetLevel{Now: n.Now(), Level: target}); err != nil {
 		n.log.Warn("could not raise the cluster level", "level", target, "error", err)
 		return
 	}
-	n.log.Info("raised the cluster level: every member speaks it", "from", active, "to", target)
+	n.log.Info(why, "from", active, "to", target)
+}
+
+// speaks is the highest level this node's build speaks, as it reports it
+// and counts it for itself.
+func (n *Node) speaks() uint32 {
+	if n.cfg.testLevel != 0 {
+		return n.cfg.testLevel
+	}
+	return fsm.BuildLevel
 }
 
 // checkLevel refuses commands whose entries need a higher level than the

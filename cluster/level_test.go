@@ -2,8 +2,12 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -162,6 +166,132 @@ func TestUpgradePathGoesOneLevelAtATime(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("level %d first", c.recorded+1)) {
 			t.Errorf("refusal %q does not name the level to go through", err)
+		}
+	}
+}
+
+// formByBootstrapExpect starts three nodes that form one cluster with
+// BootstrapExpect 3, each answering its status on an HTTP listener of its
+// own as the server package does. A non-zero levels[i] is the level node i
+// says its build speaks: a member of an older build. The configuration
+// never settles within a test (LevelSettle is an hour), so only a new
+// cluster's own start can raise the level.
+func formByBootstrapExpect(t *testing.T, levels [3]uint32) []*Node {
+	t.Helper()
+	var addrs []string
+	var lns []net.Listener
+	for range levels {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	var nodes []*Node
+	for i, ln := range lns {
+		c := testConfig(t, fmt.Sprintf("n%d", i), t.TempDir(), true)
+		c.HTTPAdvertise, c.BootstrapExpect, c.LevelSettle, c.testLevel = addrs[i], 3, time.Hour, levels[i]
+		c.Join = slices.Delete(slices.Clone(addrs), i, i+1)
+		n := open(t, c)
+		nodes = append(nodes, n)
+		mux := http.NewServeMux()
+		mux.HandleFunc(StatusPath, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(n.Status())
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+	return nodes
+}
+
+// TestBootstrapExpectStartsAtTheLowestLevel: a cluster formed with
+// bootstrap-expect starts at the lowest level its members' builds speak
+// before its leader reports ready, and every follower that reports ready
+// has applied it: at once, with no settling time.
+func TestBootstrapExpectStartsAtTheLowestLevel(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		levels [3]uint32
+		want   uint32
+	}{
+		{"every member of this build", [3]uint32{}, fsm.BuildLevel},
+		{"a member of the previous level", [3]uint32{0, fsm.BuildLevel - 1, 0}, fsm.BuildLevel - 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nodes := formByBootstrapExpect(t, c.levels)
+			var seen [3]bool
+			waitFor(t, "every node ready", 20*time.Second, func() bool {
+				all := true
+				for i, n := range nodes {
+					if ready, _ := n.Ready(); !ready {
+						all = false
+						continue
+					}
+					if got := n.fsm.Level(); !seen[i] && got != c.want {
+						t.Fatalf("%s is ready at level %d, want %d", n.ID(), got, c.want)
+					}
+					seen[i] = true
+				}
+				return all
+			})
+			for _, n := range nodes {
+				if st := n.Status(); st.ActiveLevel != c.want {
+					t.Errorf("%s reports active level %d, want %d", n.ID(), st.ActiveLevel, c.want)
+				}
+			}
+		})
+	}
+}
+
+// TestBootPlanNeedsEveryMemberAndTheBootstrapConfiguration: a new
+// cluster's level is taken only from fresh reports of every other member
+// (the lowest), and only while the log holds no configuration change after
+// the bootstrap's.
+func TestBootPlanNeedsEveryMemberAndTheBootstrapConfiguration(t *testing.T) {
+	now := time.Now()
+	servers := []raft.Server{{ID: "a", Address: "a:1"}, {ID: "b", Address: "b:1"}, {ID: "c", Address: "c:1"}}
+	var l levels
+	if _, missing := l.lowestReported(servers, "a", 2, now); missing != "b" {
+		t.Fatalf("no reports: missing %q, want b", missing)
+	}
+	l.report("b", 2, "v2", now)
+	l.report("c", 1, "v1", now.Add(-reportFresh-time.Second))
+	if _, missing := l.lowestReported(servers, "a", 2, now); missing != "c" {
+		t.Fatalf("a stale report of c: missing %q, want c", missing)
+	}
+	l.report("c", 1, "v1", now)
+	if got, missing := l.lowestReported(servers, "a", 2, now); missing != "" || got != 1 {
+		t.Fatalf("reports of 2 and 1: level %d, missing %q; want 1", got, missing)
+	}
+	l.report("b", 0, "", now) // a build before levels reports none
+	if got, missing := l.lowestReported(servers, "a", 2, now); missing != "" || got != 0 {
+		t.Fatalf("a member of a build before levels: level %d, missing %q; want 0", got, missing)
+	}
+
+	plan := &bootPlan{servers: servers, level: 2}
+	if !plan.holds(raft.Configuration{Servers: slices.Clone(servers)}) || plan.holds(raft.Configuration{Servers: servers[:2]}) {
+		t.Fatal("holds: the bootstrap configuration and only it")
+	}
+	entry := func(i uint64, typ raft.LogType) *raft.Log { return &raft.Log{Index: i, Term: 1, Type: typ} }
+	for _, c := range []struct {
+		name string
+		log  []*raft.Log
+		kept bool
+	}{
+		{"the bootstrap, a noop and a command", []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, true},
+		{"a member added", []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogConfiguration)}, false},
+		{"compacted past the bootstrap", []*raft.Log{entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, false},
+		{"no bootstrap configuration", []*raft.Log{entry(1, raft.LogNoop)}, false},
+	} {
+		store := raft.NewInmemStore()
+		if err := store.StoreLogs(c.log); err != nil {
+			t.Fatal(err)
+		}
+		if kept, err := bootConfigurationKept(store); err != nil || kept != c.kept {
+			t.Errorf("%s: kept %v, %v; want %v", c.name, kept, err, c.kept)
 		}
 	}
 }

@@ -121,6 +121,8 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 		return fmt.Errorf("%w: %s", ErrUnknownMember, req.NodeID)
 	}
 	if !req.UpdateOnly {
+		n.memberLevel.Lock()
+		defer n.memberLevel.Unlock()
 		if err := n.joinerCanFollow(ctx, req); err != nil {
 			return err
 		}
@@ -264,10 +266,21 @@ func (n *Node) formOnce(ctx context.Context) (bool, error) {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(st.NodeID), Address: raft.ServerAddress(st.RaftAddr)})
 		}
 		slices.SortFunc(servers, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
+		// Every member of the configuration has just answered with the
+		// level its build speaks (a build before levels with none: 0), so
+		// this node's first term as leader can start the cluster at the
+		// lowest of them (startAtBootLevel).
+		plan := &bootPlan{servers: servers, level: n.speaks()}
+		for _, st := range known {
+			n.levels.report(st.NodeID, st.Level, st.BuildVersion, time.Now())
+			plan.level = min(plan.level, st.Level)
+		}
+		n.levels.planBoot(plan)
 		if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+			n.levels.planBoot(nil)
 			return false, fmt.Errorf("bootstrap: %w", err)
 		}
-		n.log.Info("bootstrapped the cluster", "voters", len(servers))
+		n.log.Info("bootstrapped the cluster", "voters", len(servers), "level", plan.level)
 		return true, nil
 	}
 	if lastErr == nil {
@@ -296,11 +309,17 @@ func (n *Node) hasConfiguration() bool {
 
 // registerLoop keeps this node's directory entry right: a follower whose
 // entry is missing or stale (new addresses after a restart) asks the leader
-// to update it.
+// to update it, and a ready leader whose own record failed tries again,
+// since no follower is ready while the directory lacks its leader.
 func (n *Node) registerLoop() {
 	for n.sleep(time.Second) {
 		if n.IsLeader() {
-			continue // the leader records itself when it becomes ready
+			if n.lead.isReady() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				n.ensureSelfInDirectory(ctx)
+				cancel()
+			}
+			continue
 		}
 		me := n.self()
 		if cur, ok := n.fsm.Node(me.ID); ok && cur == me && n.inConfiguration() {
@@ -484,7 +503,7 @@ func (n *Node) Status() Status {
 		RaftAddr:       n.RaftAddr(),
 		Nodes:          []Member{},
 		Storage:        n.storage.status(),
-		Level:          fsm.BuildLevel,
+		Level:          n.speaks(),
 		BuildVersion:   n.cfg.BuildVersion,
 		ActiveLevel:    n.fsm.Level(),
 	}
@@ -493,7 +512,7 @@ func (n *Node) Status() Status {
 			info, _ := n.fsm.Node(string(s.ID))
 			m := Member{ID: string(s.ID), HTTPAddr: info.HTTPAddr, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter}
 			if m.ID == n.cfg.NodeID {
-				m.Level, m.BuildVersion = fsm.BuildLevel, n.cfg.BuildVersion
+				m.Level, m.BuildVersion = n.speaks(), n.cfg.BuildVersion
 				if m.HTTPAddr == "" { // the directory is not replayed yet
 					m.HTTPAddr = n.cfg.HTTPAdvertise
 				}

@@ -50,6 +50,12 @@ type Node struct {
 	counters counters
 	levels   levels
 	marks    levelMarks
+	// memberLevel is held while a voter is checked and added, and while
+	// the level is checked against the configuration and raised, so
+	// neither happens between the other's check and its change: a joiner
+	// checked against level 0 is never added after the level rose, nor
+	// the level raised over a configuration that gained a member since.
+	memberLevel sync.Mutex
 }
 
 // ErrDataDirInUse is returned by Open when another process holds the data

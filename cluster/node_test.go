@@ -347,6 +347,45 @@ func TestMinorityRefuses(t *testing.T) {
 	}
 }
 
+// TestFollowerReadyNeedsItsLeadersAddress: a follower that has not applied
+// its leader's entry in the node directory cannot forward anything, so it
+// is not ready, saying why; the leader records itself again, and the
+// follower is ready once it has applied that.
+func TestFollowerReadyNeedsItsLeadersAddress(t *testing.T) {
+	nodes, _ := threeNodes(t, nil)
+	leader := waitReadyLeader(t, nodes...)
+	follower := nodes[0]
+	if follower == leader {
+		follower = nodes[1]
+	}
+	waitFor(t, "the follower ready", 5*time.Second, func() bool { ok, _ := follower.Ready(); return ok })
+	// The leader records itself again within a second, so the window in
+	// which the follower lacks the entry can be missed: a few tries.
+	unready := ""
+	for try := 0; try < 5 && unready == ""; try++ {
+		if _, err := leader.Propose(context.Background(), &fsm.RemoveNode{Now: leader.Now(), ID: leader.ID()}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		for unready == "" && time.Now().Before(deadline) {
+			if ok, why := follower.Ready(); !ok && strings.Contains(why, "the leader's address is not known") {
+				unready = why
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if unready == "" {
+		t.Fatal("the follower stayed ready without its leader's entry in the directory")
+	}
+	waitFor(t, "the leader to record itself again and the follower to be ready", 5*time.Second, func() bool {
+		ok, _ := follower.Ready()
+		return ok
+	})
+	if info, ok := follower.fsm.Node(leader.ID()); !ok || info.HTTPAddr != leader.HTTPAddr() {
+		t.Fatalf("the follower is ready with the leader's entry %+v (%v), want %s", info, ok, leader.HTTPAddr())
+	}
+}
+
 func TestProposalErrorMapping(t *testing.T) {
 	n := &Node{storage: newStorageHealth(t.TempDir(), hclog.NewNullLogger(), time.Now)}
 	cases := []struct {

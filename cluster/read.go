@@ -32,9 +32,9 @@ func (n *Node) ReadLinearizable(ctx context.Context, read func()) error {
 }
 
 // Ready reports whether this node can serve: it can write its files, a
-// leader is known and this node has applied everything it knows to be
-// committed. The reason says why not (a storage fault names the data dir,
-// the kind of file and the error).
+// leader is known (on a follower, with its address) and this node has
+// applied everything it knows to be committed. The reason says why not (a
+// storage fault names the data dir, the kind of file and the error).
 func (n *Node) Ready() (bool, string) {
 	if err := n.FatalErr(); err != nil {
 		return false, fmt.Sprintf("storage failed and the node is stopping: %v", err)
@@ -58,6 +58,15 @@ func (n *Node) Ready() (bool, string) {
 		// one to two heartbeat timeouts; its writes fail well before that.
 		if since := time.Since(n.raft.LastContact()); since > n.leaderContactBound() {
 			return false, fmt.Sprintf("no contact with the leader for %s", since.Round(time.Millisecond))
+		}
+		// Without the leader's entry in the node directory this node can
+		// forward nothing to it: a new leader records itself once it is
+		// ready, and a follower that has not applied that entry yet does
+		// not know where to send a write. A leader is ready only after it
+		// has raised a new cluster's level, so a follower that has applied
+		// the entry serves that level too.
+		if _, addr := n.Leader(); addr == "" {
+			return false, "the leader's address is not known yet: its entry in the node directory is not applied on this node"
 		}
 	}
 	if applied, commit := n.raft.AppliedIndex(), n.raft.CommitIndex(); applied < commit {

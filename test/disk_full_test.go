@@ -79,6 +79,27 @@ func mountTmpfs(t *testing.T, c *harness.Cluster, node *harness.Node) {
 	})
 }
 
+// levelSnapshots waits until every node of a cluster that has just formed
+// has taken the snapshot a node takes once its cluster's level is active
+// (at once for a cluster formed with --bootstrap-expect): a fill before it
+// would fail that snapshot as well, a second kind of storage fault beside
+// the log's the tests mean to cause.
+func (d *diskNodes) levelSnapshots() {
+	d.t.Helper()
+	d.c.Eventually("every node's snapshot of its cluster's level", func() error {
+		for _, n := range d.c.Nodes() {
+			snap, err := harness.NewestSnapshot(n.DataDir)
+			if err != nil {
+				return err
+			}
+			if snap == "" {
+				return fmt.Errorf("%s has taken no snapshot yet", n.ID)
+			}
+		}
+		return nil
+	})
+}
+
 // fill writes a filler file into node's data directory until diskSlack
 // bytes are left free.
 func (d *diskNodes) fill(node *harness.Node) {
@@ -362,6 +383,7 @@ func TestDiskFullFollower(t *testing.T) {
 	d.c.StartBootstrap()
 	leader := d.c.WaitLeader()
 	d.c.WaitAllReady()
+	d.levelSnapshots()
 	victim := harness.Except(d.c.Nodes(), leader)[0]
 	pid := victim.Pid()
 	w := newJobWriter(t)
@@ -395,6 +417,7 @@ func TestDiskFullLeader(t *testing.T) {
 	d.c.StartBootstrap()
 	victim := d.c.WaitLeader()
 	d.c.WaitAllReady()
+	d.levelSnapshots()
 	pid := victim.Pid()
 	others := harness.Except(d.c.Nodes(), victim)
 	w := newJobWriter(t)

@@ -1,7 +1,11 @@
 package test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,9 +26,9 @@ type levelStatus struct {
 }
 
 // TestClusterLevelRises: in a cluster whose members all run this build,
-// the leader raises the active level to the build's once the configuration
-// has settled; every node reports its build's level and version, and each
-// member's as it last heard them, and the CLI shows the same.
+// the active level is the build's (a cluster formed with --bootstrap-expect
+// starts at it); every node reports its build's level and version, and
+// each member's as it last heard them, and the CLI shows the same.
 func TestClusterLevelRises(t *testing.T) {
 	c := env.NewCluster(t, 3, harness.Options{})
 	c.StartBootstrap()
@@ -61,4 +65,82 @@ func TestClusterLevelRises(t *testing.T) {
 	if st["active_level"] != float64(fsm.BuildLevel) || st["level"] != float64(fsm.BuildLevel) {
 		t.Fatalf("holdfast cluster status: %s", out)
 	}
+}
+
+// TestNewClusterLevelServesSlotsOnceReady: a cluster formed with
+// --bootstrap-expect by members of one build starts at that build's level,
+// so every node, as soon as its /readyz answers 200, serves what the level
+// adds (a slots acquire and a checkpoint) instead of refusing it with 503
+// until the level rises.
+func TestNewClusterLevelServesSlotsOnceReady(t *testing.T) {
+	c := env.NewCluster(t, 3, harness.Options{})
+	c.StartBootstrap()
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := levelFeaturesOnceReady(n); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// levelFeaturesOnceReady polls n's /readyz until it answers 200 and, at
+// once, acquires a key of two slots and checkpoints a single-slot lease
+// through n.
+func levelFeaturesOnceReady(n *harness.Node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := harness.Poll(ctx, 20*time.Millisecond, func() error {
+		r, err := n.Get("/readyz")
+		if err != nil {
+			return err
+		}
+		if r.Status != http.StatusOK {
+			return fmt.Errorf("readyz: %s", r)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s never ready: %w", n.ID, err)
+	}
+	post := func(what, path string, body map[string]any, want int) (map[string]any, error) {
+		r, err := n.PostJSON(apiPrefix+path, body, "")
+		if err != nil {
+			return nil, fmt.Errorf("%s via %s right after /readyz 200: %w", what, n.ID, err)
+		}
+		var m map[string]any
+		if r.Status != want || r.Decode(&m) != nil {
+			return nil, fmt.Errorf("%s via %s right after /readyz 200: %s, want %d", what, n.ID, r, want)
+		}
+		return m, nil
+	}
+	ns, err := post("create a namespace", "/lease/namespace", map[string]any{}, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	lease := func(key string, extra map[string]any) map[string]any {
+		b := map[string]any{"namespace": ns["namespace"], "key": key, "ttl_seconds": 60}
+		for k, v := range extra {
+			b[k] = v
+		}
+		return b
+	}
+	if _, err := post("an acquire with slots 2", "/lease", lease("crawl", map[string]any{"slots": 2}), http.StatusCreated); err != nil {
+		return err
+	}
+	g, err := post("an acquire", "/lease", lease("resume", nil), http.StatusCreated)
+	if err != nil {
+		return err
+	}
+	owner, _ := g["owner_token"].(string)
+	if owner == "" {
+		return errors.New("an acquire via " + n.ID + " answered no owner token")
+	}
+	cp := map[string]any{"namespace": ns["namespace"], "key": "resume", "owner_token": owner, "checkpoint": map[string]any{"step": 1}}
+	_, err = post("a checkpoint", "/lease/checkpoint", cp, http.StatusOK)
+	return err
 }
