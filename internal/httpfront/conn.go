@@ -210,7 +210,7 @@ func (c *conn) serveOne(t0 time.Time) bool {
 		copy(grown, c.buf)
 		c.buf = grown
 	}
-	by := after(r.Start, c.f.cfg.BodyTimeout)
+	by := c.f.bodyDeadline(t0, r.Start)
 	for len(c.buf) < need {
 		if err := c.fill(by); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -261,7 +261,7 @@ func (c *conn) readHead(t0 time.Time, r *Request) bool {
 		case handOver:
 			return false
 		}
-		if len(c.buf) >= headLimit || c.fill(by) != nil {
+		if len(c.buf) >= c.f.headLimit() || c.fill(by) != nil {
 			return false
 		}
 	}

@@ -13,8 +13,9 @@
 // headers that change framing or meaning (Transfer-Encoding, Expect,
 // Upgrade, TE, Trailer, and Config.Refuse), a Connection of only close or
 // keep-alive, every line ending in CRLF and every header value of visible
-// ASCII, spaces and tabs, whose head is shorter than 16 KiB, and which the
-// handler admits once its head is read and serves once its body is.
+// ASCII, spaces and tabs, whose head is shorter than 16 KiB and than the
+// server's MaxHeaderBytes, and which the handler admits once its head is
+// read and serves once its body is.
 //
 // # Everything else is handed over unanswered from its first byte
 //
@@ -39,12 +40,13 @@
 //   - IdleTimeout (or ReadTimeout) bounds the wait after an answer until
 //     the next request's first four bytes arrive; a connection that ends or
 //     times out before then is closed without an answer;
-//   - ReadTimeout bounds head and body together; the handler's own
-//     Config.BodyTimeout (counted from the end of the head) bounds the body
-//     of what the front reads, as holdfast's net/http handlers bound it;
+//   - once the head is read, Config.BodyTimeout (counted from the end of
+//     the head) bounds the body, standing for the read deadline the
+//     net/http handlers of the same routes set before they read it; without
+//     one, ReadTimeout does, counted from the request's start;
 //   - WriteTimeout bounds an answer from the end of its request's head;
-//   - heads longer than MaxHeaderBytes allows go to net/http, which
-//     answers 431 (the front hands over any head of 16 KiB or more);
+//   - a head of 16 KiB or more, or of MaxHeaderBytes or more, goes to
+//     net/http, which applies its limit to it (431);
 //   - after a POST, up to four CR or LF bytes before the next request are
 //     skipped (RFC 9112's tolerance, as net/http skips them);
 //   - a connection the front closes after an answer (the client asked, or

@@ -34,7 +34,9 @@ type Config struct {
 	// larger one goes to net/http.
 	BodyLimit int
 	// BodyTimeout bounds how long a body may take to arrive once its head
-	// has; zero is no bound.
+	// has, in place of Server.ReadTimeout: set it to the read deadline the
+	// net/http handlers of the same routes set before they read the body.
+	// Zero leaves the body to ReadTimeout, counted from the request's start.
 	BodyTimeout time.Duration
 	// NewConn returns the handler of a new connection's requests.
 	NewConn func(remote net.Addr) ConnHandler
@@ -246,6 +248,26 @@ func (f *Front) idleTimeout() time.Duration {
 		return d
 	}
 	return f.cfg.Server.ReadTimeout
+}
+
+// bodyDeadline is when a body must be whole, for a request that started at
+// t0 and whose head was whole at headEnd.
+func (f *Front) bodyDeadline(t0, headEnd time.Time) time.Time {
+	if f.cfg.BodyTimeout > 0 {
+		return headEnd.Add(f.cfg.BodyTimeout)
+	}
+	return after(t0, f.cfg.Server.ReadTimeout)
+}
+
+// headLimit is the longest head the front reads before it hands the
+// request over: headLimit, or less when MaxHeaderBytes is smaller, so a
+// head net/http would refuse as too large always reaches net/http.
+func (f *Front) headLimit() int {
+	m := f.cfg.Server.MaxHeaderBytes
+	if m <= 0 {
+		m = http.DefaultMaxHeaderBytes
+	}
+	return min(headLimit, m)
 }
 
 // after is from plus d, or no time (no deadline) when d is not positive.
