@@ -458,8 +458,8 @@ func (n *Node) proposeLevel(ctx context.Context, active, target uint32, why stri
 // speaks is the highest level this node's build speaks, as it reports it
 // and counts it for itself.
 func (n *Node) speaks() uint32 {
-	if n.cfg.testLevel != 0 {
-		return n.cfg.testLevel
+	if n.cfg.testLevel != nil {
+		return *n.cfg.testLevel
 	}
 	return fsm.BuildLevel
 }

@@ -2,11 +2,9 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -20,11 +18,11 @@ import (
 )
 
 // TestLevelGateHoldsNewFormats: until the cluster's level includes a
-// format, a proposal that needs it is refused (nothing written); the level
-// of a cluster of one rises once its configuration has settled.
+// format, a proposal that needs it is refused (nothing written). The node
+// stands for a build of level 0, so its cluster of one stays at level 0.
 func TestLevelGateHoldsNewFormats(t *testing.T) {
 	cfg := testConfig(t, "solo", t.TempDir(), true)
-	cfg.LevelSettle = time.Hour
+	cfg.testLevel = olderBuild(0)
 	n := open(t, cfg)
 	waitReadyLeader(t, n)
 	_, err := n.Propose(context.Background(), &fsm.FenceFloor{Now: n.Now(), Floor: 100})
@@ -40,14 +38,26 @@ func TestLevelGateHoldsNewFormats(t *testing.T) {
 	}
 }
 
-// TestLevelRisesAndIsRecorded: a cluster of one raises its level to the
-// build's, records it in raft.db and serves level 1 entries; a build that
-// finds its data directory's cluster above its own level refuses to start,
-// naming both.
+// TestLevelRisesAndIsRecorded: a cluster of one whose node is upgraded
+// from a build of level 0 (an existing cluster, which no boot plan raises)
+// raises its level to the new build's once its configuration has settled,
+// records it in raft.db and serves level 1 entries; a build that finds its
+// data directory's cluster above its own level refuses to start, naming
+// both.
 func TestLevelRisesAndIsRecorded(t *testing.T) {
 	cfg := testConfig(t, "solo", t.TempDir(), true)
 	cfg.LevelSettle = 100 * time.Millisecond
-	n := open(t, cfg)
+	old := cfg
+	old.testLevel = olderBuild(0)
+	n := open(t, old)
+	waitReadyLeader(t, n)
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l := n.fsm.Level(); l != 0 {
+		t.Fatalf("a build of level 0 left its cluster at level %d", l)
+	}
+	n = open(t, cfg)
 	waitReadyLeader(t, n)
 	waitFor(t, "the level to rise", 10*time.Second, func() bool { return n.fsm.Level() == fsm.BuildLevel })
 	if st := n.Status(); st.ActiveLevel != fsm.BuildLevel || st.Level != fsm.BuildLevel || st.Nodes[0].Level != fsm.BuildLevel {
@@ -181,28 +191,21 @@ func formByBootstrapExpect(t *testing.T, levels [3]uint32) []*Node {
 	var addrs []string
 	var lns []net.Listener
 	for range levels {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln := listenHTTP(t)
 		lns = append(lns, ln)
 		addrs = append(addrs, ln.Addr().String())
 	}
 	var nodes []*Node
 	for i, ln := range lns {
 		c := testConfig(t, fmt.Sprintf("n%d", i), t.TempDir(), true)
-		c.HTTPAdvertise, c.BootstrapExpect, c.LevelSettle, c.testLevel = addrs[i], 3, time.Hour, levels[i]
+		c.HTTPAdvertise, c.BootstrapExpect, c.LevelSettle = addrs[i], 3, time.Hour
+		if levels[i] != 0 {
+			c.testLevel = olderBuild(levels[i])
+		}
 		c.Join = slices.Delete(slices.Clone(addrs), i, i+1)
 		n := open(t, c)
 		nodes = append(nodes, n)
-		mux := http.NewServeMux()
-		mux.HandleFunc(StatusPath, func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(n.Status())
-		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(func() { _ = srv.Close() })
+		serveStatus(t, ln, n)
 	}
 	return nodes
 }
