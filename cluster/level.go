@@ -81,14 +81,18 @@ func (p *bootPlan) holds(conf raft.Configuration) bool {
 	return slices.Equal(conf.Servers, p.servers)
 }
 
-// bootConfigurationKept reports whether the log still starts with the
-// bootstrap's configuration and holds no configuration entry after it:
-// nobody was added or removed since, not even a member removed and added
-// again, which would leave the same configuration. (Raft v1.7.3's
-// GetConfiguration does not say the index of the configuration, so the log
-// is read.) A log compacted past the bootstrap, or longer than maxBootLog,
-// is not a new cluster's.
-func bootConfigurationKept(logs raft.LogStore) (bool, error) {
+// bootConfigurationKept reports whether the configuration in force is
+// still the one the bootstrap wrote as the log's first entry, with no
+// configuration entry after it: nobody was added or removed since, not
+// even a member removed and added again, which would leave the same
+// configuration. (Raft v1.7.3's GetConfiguration does not say the index of
+// the configuration, so the log is read.) What a snapshot covers is not
+// read: the newest snapshot must record the bootstrap's entry as the index
+// of its configuration, and the log must hold every entry after it. A
+// restore installs its backup as such a snapshot, past a gap in the log.
+// A log compacted past the bootstrap without such a snapshot, or longer
+// than maxBootLog after it, is not a new cluster's.
+func bootConfigurationKept(logs raft.LogStore, snaps raft.SnapshotStore) (bool, error) {
 	first, err := logs.FirstIndex()
 	if err != nil {
 		return false, fmt.Errorf("read the log's first index: %w", err)
@@ -97,11 +101,24 @@ func bootConfigurationKept(logs raft.LogStore) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read the log's last index: %w", err)
 	}
-	if first != bootstrapIndex || last-first > maxBootLog {
+	metas, err := snaps.List()
+	if err != nil {
+		return false, fmt.Errorf("list the snapshots: %w", err)
+	}
+	from := uint64(bootstrapIndex) // the first entry no snapshot covers
+	switch {
+	case len(metas) > 0 && metas[0].ConfigurationIndex != bootstrapIndex:
+		return false, nil
+	case len(metas) > 0:
+		from = metas[0].Index + 1
+	case last < bootstrapIndex:
+		return false, nil // no bootstrap entry
+	}
+	if last >= from && (first > from || last-from > maxBootLog) {
 		return false, nil
 	}
 	var e raft.Log
-	for i := first; i <= last; i++ {
+	for i := from; i <= last; i++ {
 		if err := logs.GetLog(i, &e); err != nil {
 			return false, fmt.Errorf("read log entry %d: %w", i, err)
 		}
@@ -423,7 +440,7 @@ func (n *Node) bootLevelOnce(ctx context.Context, plan *bootPlan) (missing strin
 		n.log.Warn("could not read the configuration to start the new cluster at its level", "error", err)
 		return "", true
 	}
-	kept, err := bootConfigurationKept(n.logs)
+	kept, err := bootConfigurationKept(n.logs, n.snaps)
 	if err != nil {
 		n.log.Warn("could not read the log to start the new cluster at its level", "error", err)
 		return "", true

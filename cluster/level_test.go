@@ -252,7 +252,8 @@ func TestBootstrapExpectStartsAtTheLowestLevel(t *testing.T) {
 // TestBootPlanNeedsEveryMemberAndTheBootstrapConfiguration: a new
 // cluster's level is taken only from fresh reports of every other member
 // (the lowest), and only while the log holds no configuration change after
-// the bootstrap's.
+// the bootstrap's (nor, past a snapshot, after the snapshot's, which must be
+// the bootstrap's).
 func TestBootPlanNeedsEveryMemberAndTheBootstrapConfiguration(t *testing.T) {
 	now := time.Now()
 	servers := []raft.Server{{ID: "a", Address: "a:1"}, {ID: "b", Address: "b:1"}, {ID: "c", Address: "c:1"}}
@@ -279,21 +280,39 @@ func TestBootPlanNeedsEveryMemberAndTheBootstrapConfiguration(t *testing.T) {
 		t.Fatal("holds: the bootstrap configuration and only it")
 	}
 	entry := func(i uint64, typ raft.LogType) *raft.Log { return &raft.Log{Index: i, Term: 1, Type: typ} }
+	type snapshot struct{ index, configIndex uint64 }
 	for _, c := range []struct {
 		name string
+		snap *snapshot
 		log  []*raft.Log
 		kept bool
 	}{
-		{"the bootstrap, a noop and a command", []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, true},
-		{"a member added", []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogConfiguration)}, false},
-		{"compacted past the bootstrap", []*raft.Log{entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, false},
-		{"no bootstrap configuration", []*raft.Log{entry(1, raft.LogNoop)}, false},
+		{"the bootstrap, a noop and a command", nil, []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, true},
+		{"a member added", nil, []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogConfiguration)}, false},
+		{"compacted past the bootstrap", nil, []*raft.Log{entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, false},
+		{"no bootstrap configuration", nil, []*raft.Log{entry(1, raft.LogNoop)}, false},
+		{"an empty log", nil, nil, false},
+		{"a restore's snapshot of the bootstrap configuration, past a gap", &snapshot{10, 1}, []*raft.Log{entry(11, raft.LogNoop), entry(12, raft.LogCommand)}, true},
+		{"a snapshot of the bootstrap configuration, nothing after it", &snapshot{10, 1}, nil, true},
+		{"a restore's snapshot, then a member added", &snapshot{10, 1}, []*raft.Log{entry(11, raft.LogNoop), entry(12, raft.LogConfiguration)}, false},
+		{"a snapshot of a later configuration", &snapshot{10, 4}, []*raft.Log{entry(11, raft.LogNoop)}, false},
+		{"a snapshot, the log compacted past it", &snapshot{10, 1}, []*raft.Log{entry(12, raft.LogNoop)}, false},
 	} {
 		store := raft.NewInmemStore()
 		if err := store.StoreLogs(c.log); err != nil {
 			t.Fatal(err)
 		}
-		if kept, err := bootConfigurationKept(store); err != nil || kept != c.kept {
+		snaps := raft.NewInmemSnapshotStore()
+		if c.snap != nil {
+			sink, err := snaps.Create(raft.SnapshotVersionMax, c.snap.index, 1, raft.Configuration{}, c.snap.configIndex, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sink.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if kept, err := bootConfigurationKept(store, snaps); err != nil || kept != c.kept {
 			t.Errorf("%s: kept %v, %v; want %v", c.name, kept, err, c.kept)
 		}
 	}
