@@ -37,7 +37,8 @@ type Config struct {
 	BootstrapExpect int
 	// Restore, for a node without state that bootstraps alone (no Join,
 	// BootstrapExpect at most 1), is a backup the new cluster starts from:
-	// Open returns once it is installed.
+	// Open returns once it is installed and the level raised to this
+	// build's.
 	Restore *Backup
 	// ClusterKey is the shared secret sent on node-to-node HTTP calls.
 	ClusterKey string

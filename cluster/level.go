@@ -67,9 +67,11 @@ type memberReport struct {
 }
 
 // bootPlan is what this node learned of its members' builds when it formed
-// a new cluster with them (bootstrap-expect): the configuration it
-// bootstrapped, each member of which answered its status, and the lowest
-// level they and this node's build speak.
+// a new cluster: the configuration it bootstrapped and the lowest level its
+// members' builds speak. Formed with bootstrap-expect, every member of the
+// configuration answered its status, and the level is the lowest of theirs
+// and this node's build's; bootstrapped alone, the configuration is this
+// node and the level its build's.
 type bootPlan struct {
 	servers []raft.Server
 	level   uint32
@@ -138,7 +140,7 @@ type levels struct {
 	config      string    // the configuration the settling time counts from
 	configSince time.Time // when config was first seen
 	recorded    uint32    // the level last recorded in raft.db
-	boot        *bootPlan // set when this process bootstrapped a new cluster, until its first term as leader
+	boot        *bootPlan // set when this process bootstrapped a new cluster, until it acts on it (startAtBootLevel)
 }
 
 // report records a member's status answer.
@@ -168,7 +170,8 @@ func (l *levels) planBoot(p *bootPlan) {
 }
 
 // takeBoot returns the bootstrap plan, if any, and forgets it: it is acted
-// on in this node's first term as leader only, while the cluster is new.
+// on once only, in this node's first term as leader (after the restore, for
+// a cluster that starts from a backup), while the cluster is new.
 func (l *levels) takeBoot() *bootPlan {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -396,18 +399,20 @@ func (n *Node) raiseLevel(active uint32) {
 }
 
 // startAtBootLevel runs before the first leader of a cluster this node
-// has just formed reports ready: it raises the level at once to the lowest
-// its bootstrap members reported speaking, so a new cluster serves
-// everything its builds speak from the moment it is ready. It acts only
-// while the configuration is still the bootstrap's, whose every member
-// answered this node's status request before it was bootstrapped, and
-// only once each has reported again within reportFresh (waiting at most
-// bootReportWait for it); a member that has not reported is never counted
-// as speaking anything. Otherwise the level is left to tendLevel, which
-// raises it once the configuration has settled. The settling time is not
-// needed here: it lets a member that is briefly out of the configuration
-// (wiped and joining again) still count, and a configuration unchanged
-// since the bootstrap has nobody out of it.
+// has just formed reports ready, or, for a cluster that starts from a
+// backup, once the backup is installed (restore): it raises the level at
+// once to the lowest its bootstrap members reported speaking, so a new
+// cluster serves everything its builds speak from the moment it is ready.
+// It acts only while the configuration is still the bootstrap's, whose
+// every member answered this node's status request before it was
+// bootstrapped (or is this node alone), and only once each other member
+// has reported again within reportFresh (waiting at most bootReportWait
+// for it); a member that has not reported is never counted as speaking
+// anything. Otherwise the level is left to tendLevel, which raises it once
+// the configuration has settled. The settling time is not needed here: it
+// lets a member that is briefly out of the configuration (wiped and
+// joining again) still count, and a configuration unchanged since the
+// bootstrap has nobody out of it.
 func (n *Node) startAtBootLevel(ctx context.Context) {
 	plan := n.levels.takeBoot()
 	if plan == nil || n.fsm.Level() >= plan.level {

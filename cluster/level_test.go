@@ -38,6 +38,33 @@ func TestLevelGateHoldsNewFormats(t *testing.T) {
 	}
 }
 
+// TestSingleNodeStartsAtItsBuildLevel: a node that bootstraps alone starts
+// its cluster at the level its build speaks before it reports ready, with
+// no settling time (LevelSettle is an hour).
+func TestSingleNodeStartsAtItsBuildLevel(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		speaks *uint32
+		want   uint32
+	}{
+		{"this build", nil, fsm.BuildLevel},
+		{"a build of the previous level", olderBuild(fsm.BuildLevel - 1), fsm.BuildLevel - 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig(t, "solo", t.TempDir(), true)
+			cfg.LevelSettle, cfg.testLevel = time.Hour, c.speaks
+			n := open(t, cfg)
+			waitFor(t, "the node ready", 15*time.Second, func() bool {
+				ready, _ := n.Ready()
+				if got := n.fsm.Level(); ready && got != c.want {
+					t.Fatalf("ready at level %d, want %d", got, c.want)
+				}
+				return ready
+			})
+		})
+	}
+}
+
 // TestLevelRisesAndIsRecorded: a cluster of one whose node is upgraded
 // from a build of level 0 (an existing cluster, which no boot plan raises)
 // raises its level to the new build's once its configuration has settled,

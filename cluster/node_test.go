@@ -136,6 +136,18 @@ func serveStatus(t *testing.T, ln net.Listener, n *Node) {
 	t.Cleanup(func() { _ = srv.Close() })
 }
 
+// waitLevelSnapshot waits until n, a node that has just bootstrapped its
+// cluster, has taken the snapshot a node takes within a second of its
+// cluster's level rising, which a new cluster's does as it starts: a test
+// that takes or counts snapshots waits for it first.
+func waitLevelSnapshot(t *testing.T, n *Node) {
+	t.Helper()
+	waitFor(t, "the snapshot of the cluster's level", 10*time.Second, func() bool {
+		metas, err := n.snaps.List()
+		return err == nil && len(metas) > 0
+	})
+}
+
 // olderBuild is a Config.testLevel: the node stands for a member whose
 // build speaks only level.
 func olderBuild(level uint32) *uint32 { return &level }
