@@ -218,8 +218,9 @@ func backupTimeout(ctx context.Context) time.Duration {
 // restore installs a backup into a new single-node cluster this node has
 // just bootstrapped: once it leads, Raft consumes the snapshot (the current
 // configuration is kept, the log continues past the snapshot's index so
-// joiners receive it), then this node records itself in the restored node
-// directory again.
+// joiners receive it), the cluster's level is raised to this build's, the
+// fencing counter above every token the backup's cluster can have issued,
+// and this node records itself in the restored node directory again.
 func (n *Node) restore(b *Backup) error {
 	deadline := time.Now().Add(restoreWait)
 	for n.raft.State() != raft.Leader || !n.lead.isReady() {
@@ -236,13 +237,19 @@ func (n *Node) restore(b *Backup) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), restoreWait)
 	defer cancel()
+	// The backup's state carries its cluster's level, which may be below
+	// this build's. The new cluster is this node alone, so it starts at its
+	// build's level now, after the restore: raised before, it would have
+	// been lowered again by the restore.
+	n.startAtBootLevel(ctx)
 	restored := n.fsm.FencingCounter()
 	floor := &fsm.FenceFloor{Now: n.Now(), Floor: RestoreFloor(restored, n.cfg.Now())}
 	if err := floor.Valid(); err != nil {
 		return fmt.Errorf("%w: %w", ErrRestoreRefused, err)
 	}
-	// The new cluster is this node alone: its leader raises the level to
-	// this build's at once, and the floor's entry needs it.
+	// The floor's entry needs level 1, which a backup at level 0 lacks;
+	// should the raise above have failed, the level rises once the
+	// configuration has settled (tendLevel).
 	if err := n.awaitLevel(ctx, fsm.RequiredLevel(floor)); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
@@ -251,7 +258,7 @@ func (n *Node) restore(b *Backup) error {
 	}
 	n.ensureSelfInDirectory(ctx)
 	n.log.Info("restored a backup", "index", b.Header.Index, "term", b.Header.Term, "from_node", b.Header.NodeID, "taken_at", b.Header.CreatedAt,
-		"backup_fencing_counter", restored, "fencing_counter", n.fsm.FencingCounter())
+		"backup_fencing_counter", restored, "fencing_counter", n.fsm.FencingCounter(), "level", n.fsm.Level())
 	return nil
 }
 

@@ -2,15 +2,19 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/secret"
 )
 
 func TestBackupFileRoundTripAndDamage(t *testing.T) {
@@ -42,5 +46,46 @@ func TestBackupFileRoundTripAndDamage(t *testing.T) {
 		if _, _, err := DecodeBackup(bad); !errors.Is(err, ErrBackup) {
 			t.Errorf("%s: DecodeBackup = %v, want ErrBackup", name, err)
 		}
+	}
+}
+
+// TestRestoredNodeStartsAtItsBuildLevel: a node restoring a backup saved at
+// any level up to its build's starts the new cluster at its build's level
+// before Open returns, with no settling time (LevelSettle is an hour): the
+// level is raised after the backup is installed, which would otherwise
+// have lowered it to the backup's. The backup's lease and the restore's
+// fence floor are there, and a write of the build's level (an acquire of
+// several slots) is accepted at once.
+func TestRestoredNodeStartsAtItsBuildLevel(t *testing.T) {
+	for level := uint32(0); level <= fsm.BuildLevel; level++ {
+		t.Run(fmt.Sprintf("a backup at level %d", level), func(t *testing.T) {
+			old := fsm.New()
+			now := time.Now().UnixMilli()
+			if level > 0 {
+				old.ApplyCommand(&fsm.SetLevel{Now: now, Level: level})
+			}
+			old.ApplyCommand(&fsm.LeaseAcquire{Now: now, Lease: secret.LeaseID("ns", "held"), Fingerprint: secret.FingerprintHash("ns", "held", ""),
+				Owner: secret.OwnerTokenHash("A"), TTLSeconds: 3600})
+			snap := old.SnapshotBytes()
+			sum := sha256.Sum256(snap)
+			cfg := testConfig(t, "restored", t.TempDir(), true)
+			cfg.LevelSettle = time.Hour
+			cfg.Restore = &Backup{Header: BackupHeader{Format: BackupFormat, Index: 40, Term: 3, Size: int64(len(snap)),
+				SHA256: hex.EncodeToString(sum[:]), NodeID: "old"}, Snapshot: snap}
+			n := open(t, cfg)
+			if got := n.fsm.Level(); got != fsm.BuildLevel {
+				t.Fatalf("restored at level %d, want %d", got, fsm.BuildLevel)
+			}
+			if st := n.fsm.Stats(n.Now()); st.LeasesHeld != 1 || n.fsm.FencingCounter() <= RestoreGap {
+				t.Fatalf("after the restore: %+v, fencing counter %d; want the backup's lease and the floor", st, n.fsm.FencingCounter())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := n.Propose(ctx, &fsm.LeaseAcquire{Now: n.Now(), Lease: secret.LeaseID("ns", "slots"), Fingerprint: secret.FingerprintHash("ns", "slots", ""),
+				Owner: secret.OwnerTokenHash("B"), TTLSeconds: 60, Slots: 2})
+			if err != nil {
+				t.Fatalf("an acquire of two slots once restored: %v", err)
+			}
+		})
 	}
 }

@@ -37,7 +37,8 @@ type Config struct {
 	BootstrapExpect int
 	// Restore, for a node without state that bootstraps alone (no Join,
 	// BootstrapExpect at most 1), is a backup the new cluster starts from:
-	// Open returns once it is installed.
+	// Open returns once it is installed and the level raised to this
+	// build's.
 	Restore *Backup
 	// ClusterKey is the shared secret sent on node-to-node HTTP calls.
 	ClusterKey string
@@ -104,11 +105,11 @@ type Config struct {
 	// the node certificate when Peer is set).
 	HTTPClient *http.Client
 
-	// testLevel, when not zero, is the level this node reports as its
-	// build's and counts for itself when it raises the cluster's, in place
-	// of fsm.BuildLevel: this package's tests lower it to stand for a
-	// member of an older build. No deployment can set it.
-	testLevel uint32
+	// testLevel, when set, is the level this node reports as its build's
+	// and counts for itself when it raises the cluster's, in place of
+	// fsm.BuildLevel: this package's tests lower it (to 0 as well) to
+	// stand for a member of an older build. No deployment can set it.
+	testLevel *uint32
 }
 
 func (c *Config) setDefaults() {

@@ -127,8 +127,12 @@ func (n *Node) establish(ctx context.Context, gen uint64) {
 		return
 	}
 	// A cluster this node has just formed starts at its members' level
-	// before anything reports it ready.
-	n.startAtBootLevel(ctx)
+	// before anything reports it ready; one that starts from a backup
+	// does once the backup is installed (restore), since installing it
+	// replaces the state, its level with it.
+	if n.cfg.Restore == nil {
+		n.startAtBootLevel(ctx)
+	}
 	if !n.lead.markReady(gen) {
 		return
 	}

@@ -67,9 +67,11 @@ type memberReport struct {
 }
 
 // bootPlan is what this node learned of its members' builds when it formed
-// a new cluster with them (bootstrap-expect): the configuration it
-// bootstrapped, each member of which answered its status, and the lowest
-// level they and this node's build speak.
+// a new cluster: the configuration it bootstrapped and the lowest level its
+// members' builds speak. Formed with bootstrap-expect, every member of the
+// configuration answered its status, and the level is the lowest of theirs
+// and this node's build's; bootstrapped alone, the configuration is this
+// node and the level its build's.
 type bootPlan struct {
 	servers []raft.Server
 	level   uint32
@@ -81,14 +83,18 @@ func (p *bootPlan) holds(conf raft.Configuration) bool {
 	return slices.Equal(conf.Servers, p.servers)
 }
 
-// bootConfigurationKept reports whether the log still starts with the
-// bootstrap's configuration and holds no configuration entry after it:
-// nobody was added or removed since, not even a member removed and added
-// again, which would leave the same configuration. (Raft v1.7.3's
-// GetConfiguration does not say the index of the configuration, so the log
-// is read.) A log compacted past the bootstrap, or longer than maxBootLog,
-// is not a new cluster's.
-func bootConfigurationKept(logs raft.LogStore) (bool, error) {
+// bootConfigurationKept reports whether the configuration in force is
+// still the one the bootstrap wrote as the log's first entry, with no
+// configuration entry after it: nobody was added or removed since, not
+// even a member removed and added again, which would leave the same
+// configuration. (Raft v1.7.3's GetConfiguration does not say the index of
+// the configuration, so the log is read.) What a snapshot covers is not
+// read: the newest snapshot must record the bootstrap's entry as the index
+// of its configuration, and the log must hold every entry after it. A
+// restore installs its backup as such a snapshot, past a gap in the log.
+// A log compacted past the bootstrap without such a snapshot, or longer
+// than maxBootLog after it, is not a new cluster's.
+func bootConfigurationKept(logs raft.LogStore, snaps raft.SnapshotStore) (bool, error) {
 	first, err := logs.FirstIndex()
 	if err != nil {
 		return false, fmt.Errorf("read the log's first index: %w", err)
@@ -97,11 +103,24 @@ func bootConfigurationKept(logs raft.LogStore) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read the log's last index: %w", err)
 	}
-	if first != bootstrapIndex || last-first > maxBootLog {
+	metas, err := snaps.List()
+	if err != nil {
+		return false, fmt.Errorf("list the snapshots: %w", err)
+	}
+	from := uint64(bootstrapIndex) // the first entry no snapshot covers
+	switch {
+	case len(metas) > 0 && metas[0].ConfigurationIndex != bootstrapIndex:
+		return false, nil
+	case len(metas) > 0:
+		from = metas[0].Index + 1
+	case last < bootstrapIndex:
+		return false, nil // no bootstrap entry
+	}
+	if last >= from && (first > from || last-from > maxBootLog) {
 		return false, nil
 	}
 	var e raft.Log
-	for i := first; i <= last; i++ {
+	for i := from; i <= last; i++ {
 		if err := logs.GetLog(i, &e); err != nil {
 			return false, fmt.Errorf("read log entry %d: %w", i, err)
 		}
@@ -121,7 +140,7 @@ type levels struct {
 	config      string    // the configuration the settling time counts from
 	configSince time.Time // when config was first seen
 	recorded    uint32    // the level last recorded in raft.db
-	boot        *bootPlan // set when this process bootstrapped a new cluster, until its first term as leader
+	boot        *bootPlan // set when this process bootstrapped a new cluster, until it acts on it (startAtBootLevel)
 }
 
 // report records a member's status answer.
@@ -151,7 +170,8 @@ func (l *levels) planBoot(p *bootPlan) {
 }
 
 // takeBoot returns the bootstrap plan, if any, and forgets it: it is acted
-// on in this node's first term as leader only, while the cluster is new.
+// on once only, in this node's first term as leader (after the restore, for
+// a cluster that starts from a backup), while the cluster is new.
 func (l *levels) takeBoot() *bootPlan {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -379,18 +399,20 @@ func (n *Node) raiseLevel(active uint32) {
 }
 
 // startAtBootLevel runs before the first leader of a cluster this node
-// has just formed reports ready: it raises the level at once to the lowest
-// its bootstrap members reported speaking, so a new cluster serves
-// everything its builds speak from the moment it is ready. It acts only
-// while the configuration is still the bootstrap's, whose every member
-// answered this node's status request before it was bootstrapped, and
-// only once each has reported again within reportFresh (waiting at most
-// bootReportWait for it); a member that has not reported is never counted
-// as speaking anything. Otherwise the level is left to tendLevel, which
-// raises it once the configuration has settled. The settling time is not
-// needed here: it lets a member that is briefly out of the configuration
-// (wiped and joining again) still count, and a configuration unchanged
-// since the bootstrap has nobody out of it.
+// has just formed reports ready, or, for a cluster that starts from a
+// backup, once the backup is installed (restore): it raises the level at
+// once to the lowest its bootstrap members reported speaking, so a new
+// cluster serves everything its builds speak from the moment it is ready.
+// It acts only while the configuration is still the bootstrap's, whose
+// every member answered this node's status request before it was
+// bootstrapped (or is this node alone), and only once each other member
+// has reported again within reportFresh (waiting at most bootReportWait
+// for it); a member that has not reported is never counted as speaking
+// anything. Otherwise the level is left to tendLevel, which raises it once
+// the configuration has settled. The settling time is not needed here: it
+// lets a member that is briefly out of the configuration (wiped and
+// joining again) still count, and a configuration unchanged since the
+// bootstrap has nobody out of it.
 func (n *Node) startAtBootLevel(ctx context.Context) {
 	plan := n.levels.takeBoot()
 	if plan == nil || n.fsm.Level() >= plan.level {
@@ -423,7 +445,7 @@ func (n *Node) bootLevelOnce(ctx context.Context, plan *bootPlan) (missing strin
 		n.log.Warn("could not read the configuration to start the new cluster at its level", "error", err)
 		return "", true
 	}
-	kept, err := bootConfigurationKept(n.logs)
+	kept, err := bootConfigurationKept(n.logs, n.snaps)
 	if err != nil {
 		n.log.Warn("could not read the log to start the new cluster at its level", "error", err)
 		return "", true
@@ -458,8 +480,8 @@ func (n *Node) proposeLevel(ctx context.Context, active, target uint32, why stri
 // speaks is the highest level this node's build speaks, as it reports it
 // and counts it for itself.
 func (n *Node) speaks() uint32 {
-	if n.cfg.testLevel != 0 {
-		return n.cfg.testLevel
+	if n.cfg.testLevel != nil {
+		return *n.cfg.testLevel
 	}
 	return fsm.BuildLevel
 }

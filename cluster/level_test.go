@@ -2,11 +2,9 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -20,11 +18,11 @@ import (
 )
 
 // TestLevelGateHoldsNewFormats: until the cluster's level includes a
-// format, a proposal that needs it is refused (nothing written); the level
-// of a cluster of one rises once its configuration has settled.
+// format, a proposal that needs it is refused (nothing written). The node
+// stands for a build of level 0, so its cluster of one stays at level 0.
 func TestLevelGateHoldsNewFormats(t *testing.T) {
 	cfg := testConfig(t, "solo", t.TempDir(), true)
-	cfg.LevelSettle = time.Hour
+	cfg.testLevel = olderBuild(0)
 	n := open(t, cfg)
 	waitReadyLeader(t, n)
 	_, err := n.Propose(context.Background(), &fsm.FenceFloor{Now: n.Now(), Floor: 100})
@@ -40,14 +38,53 @@ func TestLevelGateHoldsNewFormats(t *testing.T) {
 	}
 }
 
-// TestLevelRisesAndIsRecorded: a cluster of one raises its level to the
-// build's, records it in raft.db and serves level 1 entries; a build that
-// finds its data directory's cluster above its own level refuses to start,
-// naming both.
+// TestSingleNodeStartsAtItsBuildLevel: a node that bootstraps alone starts
+// its cluster at the level its build speaks before it reports ready, with
+// no settling time (LevelSettle is an hour).
+func TestSingleNodeStartsAtItsBuildLevel(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		speaks *uint32
+		want   uint32
+	}{
+		{"this build", nil, fsm.BuildLevel},
+		{"a build of the previous level", olderBuild(fsm.BuildLevel - 1), fsm.BuildLevel - 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig(t, "solo", t.TempDir(), true)
+			cfg.LevelSettle, cfg.testLevel = time.Hour, c.speaks
+			n := open(t, cfg)
+			waitFor(t, "the node ready", 15*time.Second, func() bool {
+				ready, _ := n.Ready()
+				if got := n.fsm.Level(); ready && got != c.want {
+					t.Fatalf("ready at level %d, want %d", got, c.want)
+				}
+				return ready
+			})
+		})
+	}
+}
+
+// TestLevelRisesAndIsRecorded: a cluster of one whose node is upgraded
+// from a build of level 0 (an existing cluster, which no boot plan raises)
+// raises its level to the new build's once its configuration has settled,
+// records it in raft.db and serves level 1 entries; a build that finds its
+// data directory's cluster above its own level refuses to start, naming
+// both.
 func TestLevelRisesAndIsRecorded(t *testing.T) {
 	cfg := testConfig(t, "solo", t.TempDir(), true)
 	cfg.LevelSettle = 100 * time.Millisecond
-	n := open(t, cfg)
+	old := cfg
+	old.testLevel = olderBuild(0)
+	n := open(t, old)
+	waitReadyLeader(t, n)
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l := n.fsm.Level(); l != 0 {
+		t.Fatalf("a build of level 0 left its cluster at level %d", l)
+	}
+	n = open(t, cfg)
 	waitReadyLeader(t, n)
 	waitFor(t, "the level to rise", 10*time.Second, func() bool { return n.fsm.Level() == fsm.BuildLevel })
 	if st := n.Status(); st.ActiveLevel != fsm.BuildLevel || st.Level != fsm.BuildLevel || st.Nodes[0].Level != fsm.BuildLevel {
@@ -181,28 +218,21 @@ func formByBootstrapExpect(t *testing.T, levels [3]uint32) []*Node {
 	var addrs []string
 	var lns []net.Listener
 	for range levels {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln := listenHTTP(t)
 		lns = append(lns, ln)
 		addrs = append(addrs, ln.Addr().String())
 	}
 	var nodes []*Node
 	for i, ln := range lns {
 		c := testConfig(t, fmt.Sprintf("n%d", i), t.TempDir(), true)
-		c.HTTPAdvertise, c.BootstrapExpect, c.LevelSettle, c.testLevel = addrs[i], 3, time.Hour, levels[i]
+		c.HTTPAdvertise, c.BootstrapExpect, c.LevelSettle = addrs[i], 3, time.Hour
+		if levels[i] != 0 {
+			c.testLevel = olderBuild(levels[i])
+		}
 		c.Join = slices.Delete(slices.Clone(addrs), i, i+1)
 		n := open(t, c)
 		nodes = append(nodes, n)
-		mux := http.NewServeMux()
-		mux.HandleFunc(StatusPath, func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(n.Status())
-		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(func() { _ = srv.Close() })
+		serveStatus(t, ln, n)
 	}
 	return nodes
 }
@@ -249,7 +279,8 @@ func TestBootstrapExpectStartsAtTheLowestLevel(t *testing.T) {
 // TestBootPlanNeedsEveryMemberAndTheBootstrapConfiguration: a new
 // cluster's level is taken only from fresh reports of every other member
 // (the lowest), and only while the log holds no configuration change after
-// the bootstrap's.
+// the bootstrap's (nor, past a snapshot, after the snapshot's, which must be
+// the bootstrap's).
 func TestBootPlanNeedsEveryMemberAndTheBootstrapConfiguration(t *testing.T) {
 	now := time.Now()
 	servers := []raft.Server{{ID: "a", Address: "a:1"}, {ID: "b", Address: "b:1"}, {ID: "c", Address: "c:1"}}
@@ -276,21 +307,39 @@ func TestBootPlanNeedsEveryMemberAndTheBootstrapConfiguration(t *testing.T) {
 		t.Fatal("holds: the bootstrap configuration and only it")
 	}
 	entry := func(i uint64, typ raft.LogType) *raft.Log { return &raft.Log{Index: i, Term: 1, Type: typ} }
+	type snapshot struct{ index, configIndex uint64 }
 	for _, c := range []struct {
 		name string
+		snap *snapshot
 		log  []*raft.Log
 		kept bool
 	}{
-		{"the bootstrap, a noop and a command", []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, true},
-		{"a member added", []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogConfiguration)}, false},
-		{"compacted past the bootstrap", []*raft.Log{entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, false},
-		{"no bootstrap configuration", []*raft.Log{entry(1, raft.LogNoop)}, false},
+		{"the bootstrap, a noop and a command", nil, []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, true},
+		{"a member added", nil, []*raft.Log{entry(1, raft.LogConfiguration), entry(2, raft.LogNoop), entry(3, raft.LogConfiguration)}, false},
+		{"compacted past the bootstrap", nil, []*raft.Log{entry(2, raft.LogNoop), entry(3, raft.LogCommand)}, false},
+		{"no bootstrap configuration", nil, []*raft.Log{entry(1, raft.LogNoop)}, false},
+		{"an empty log", nil, nil, false},
+		{"a restore's snapshot of the bootstrap configuration, past a gap", &snapshot{10, 1}, []*raft.Log{entry(11, raft.LogNoop), entry(12, raft.LogCommand)}, true},
+		{"a snapshot of the bootstrap configuration, nothing after it", &snapshot{10, 1}, nil, true},
+		{"a restore's snapshot, then a member added", &snapshot{10, 1}, []*raft.Log{entry(11, raft.LogNoop), entry(12, raft.LogConfiguration)}, false},
+		{"a snapshot of a later configuration", &snapshot{10, 4}, []*raft.Log{entry(11, raft.LogNoop)}, false},
+		{"a snapshot, the log compacted past it", &snapshot{10, 1}, []*raft.Log{entry(12, raft.LogNoop)}, false},
 	} {
 		store := raft.NewInmemStore()
 		if err := store.StoreLogs(c.log); err != nil {
 			t.Fatal(err)
 		}
-		if kept, err := bootConfigurationKept(store); err != nil || kept != c.kept {
+		snaps := raft.NewInmemSnapshotStore()
+		if c.snap != nil {
+			sink, err := snaps.Create(raft.SnapshotVersionMax, c.snap.index, 1, raft.Configuration{}, c.snap.configIndex, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sink.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if kept, err := bootConfigurationKept(store, snaps); err != nil || kept != c.kept {
 			t.Errorf("%s: kept %v, %v; want %v", c.name, kept, err, c.kept)
 		}
 	}

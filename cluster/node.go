@@ -363,16 +363,28 @@ func (n *Node) raftConfig() *raft.Config {
 	return c
 }
 
+// bootstrapSelf forms a new cluster of this node alone. It keeps the plan
+// of that cluster, its one member speaking this node's build's level, so
+// that its first term as leader starts it at that level (startAtBootLevel)
+// as a cluster formed with bootstrap-expect starts at its members'. A
+// member whose data was wiped, started again without Join, comes here too
+// and forms a cluster apart from its old one: the plan counts only this
+// node and is acted on only while the configuration is still the one
+// bootstrapped here, so it raises no level but that of the cluster this
+// node forms alone.
 func (n *Node) bootstrapSelf() error {
 	conf := raft.Configuration{Servers: []raft.Server{{
 		Suffrage: raft.Voter,
 		ID:       raft.ServerID(n.cfg.NodeID),
 		Address:  n.transport.LocalAddr(),
 	}}}
+	plan := &bootPlan{servers: slices.Clone(conf.Servers), level: n.speaks()}
+	n.levels.planBoot(plan)
 	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
+		n.levels.planBoot(nil)
 		return fmt.Errorf("bootstrap single-node cluster: %w", err)
 	}
-	n.log.Info("bootstrapped a single-node cluster")
+	n.log.Info("bootstrapped a single-node cluster", "level", plan.level)
 	return nil
 }
 

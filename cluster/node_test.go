@@ -2,8 +2,11 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -102,23 +105,76 @@ func acquire(ctx context.Context, n *Node, key, owner string) (*fsm.LeaseResult,
 	return res.(*fsm.LeaseResult), nil
 }
 
-// threeNodes forms a three-node cluster in process.
+// listenHTTP opens a loopback listener to stand for a node's HTTP
+// listener.
+func listenHTTP(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// serveStatus answers GET StatusPath on ln with n's status, as the server
+// package does, until n stops: the leader asks a joiner there which level
+// its build speaks, and members sample each other's clocks there.
+func serveStatus(t *testing.T, ln net.Listener, n *Node) {
+	mux := http.NewServeMux()
+	mux.HandleFunc(StatusPath, func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-n.shutdownCh:
+			http.Error(w, "the node stopped", http.StatusServiceUnavailable)
+			return
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(n.Status())
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+}
+
+// waitLevelSnapshot waits until n, a node that has just bootstrapped its
+// cluster, has taken the snapshot a node takes within a second of its
+// cluster's level rising, which a new cluster's does as it starts: a test
+// that takes or counts snapshots waits for it first.
+func waitLevelSnapshot(t *testing.T, n *Node) {
+	t.Helper()
+	waitFor(t, "the snapshot of the cluster's level", 10*time.Second, func() bool {
+		metas, err := n.snaps.List()
+		return err == nil && len(metas) > 0
+	})
+}
+
+// olderBuild is a Config.testLevel: the node stands for a member whose
+// build speaks only level.
+func olderBuild(level uint32) *uint32 { return &level }
+
+// threeNodes forms a three-node cluster in process: the first node
+// bootstraps alone and the others join it, each answering its status on an
+// HTTP listener of its own.
 func threeNodes(t *testing.T, tweak func(*Config)) ([]*Node, []Config) {
 	t.Helper()
 	var nodes []*Node
 	var cfgs []Config
 	for i := 0; i < 3; i++ {
+		ln := listenHTTP(t)
 		c := testConfig(t, fmt.Sprintf("n%d", i), t.TempDir(), i == 0)
+		c.HTTPAdvertise = ln.Addr().String()
 		if tweak != nil {
 			tweak(&c)
 		}
 		cfgs = append(cfgs, c)
-		nodes = append(nodes, open(t, c))
+		n := open(t, c)
+		serveStatus(t, ln, n)
+		nodes = append(nodes, n)
 	}
 	leader := waitReadyLeader(t, nodes[0])
 	ctx := context.Background()
 	for _, n := range nodes[1:] {
-		if err := leader.Join(ctx, JoinRequest{NodeID: n.ID(), RaftAddr: n.RaftAddr(), HTTPAddr: "127.0.0.1:" + strconv.Itoa(10+len(n.ID())), Fresh: true}); err != nil {
+		if err := leader.Join(ctx, JoinRequest{NodeID: n.ID(), RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr(), Fresh: true}); err != nil {
 			t.Fatalf("join %s: %v", n.ID(), err)
 		}
 	}

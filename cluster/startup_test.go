@@ -16,8 +16,9 @@ import (
 	"github.com/holdfast/holdfast/fsm"
 )
 
-// snapshotted runs a single node that takes a snapshot after each of three
-// rounds of five acquires, then a fourth round, and stops it. It returns the config and
+// snapshotted runs a single node that, once it has taken the snapshot of
+// its cluster's level, takes a snapshot after each of three rounds of five
+// acquires, then a fourth round, and stops it. It returns the config and
 // the snapshot directories, newest first. A small segment size lets
 // compaction remove whole segment files.
 func snapshotted(t *testing.T, trailing uint64, segment int64) (Config, []string) {
@@ -27,6 +28,7 @@ func snapshotted(t *testing.T, trailing uint64, segment int64) (Config, []string
 	cfg.TrailingLogs, cfg.LogSegmentSize = trailing, segment
 	n := open(t, cfg)
 	waitReadyLeader(t, n)
+	waitLevelSnapshot(t, n)
 	for i := range 4 {
 		for k := range 5 {
 			key := fmt.Sprintf("k%d-%d", i, k)
@@ -126,6 +128,10 @@ func TestUnfinishedSnapshotsAreRemovedAtStart(t *testing.T) {
 	dir := t.TempDir()
 	n := open(t, testConfig(t, "solo", dir, true))
 	waitReadyLeader(t, n)
+	waitLevelSnapshot(t, n)
+	if _, err := acquire(context.Background(), n, "k", "A"); err != nil {
+		t.Fatal(err)
+	}
 	if err := n.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,8 @@ func mountTmpfs(t *testing.T, c *harness.Cluster, node *harness.Node) {
 
 // levelSnapshots waits until every node of a cluster that has just formed
 // has taken the snapshot a node takes once its cluster's level is active
-// (at once for a cluster formed with --bootstrap-expect): a fill before it
+// (at once for a new cluster, formed with --bootstrap-expect or by a node
+// alone): a fill before it
 // would fail that snapshot as well, a second kind of storage fault beside
 // the log's the tests mean to cause.
 func (d *diskNodes) levelSnapshots() {
@@ -498,6 +499,7 @@ func TestDiskFullSingleNode(t *testing.T) {
 	d.c.StartBootstrap()
 	node := d.c.WaitLeader()
 	d.c.WaitAllReady()
+	d.levelSnapshots()
 	pid := node.Pid()
 	w := newJobWriter(t)
 	w.enqueue(node)

@@ -2,9 +2,14 @@ package test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -86,6 +91,72 @@ func TestNewClusterLevelServesSlotsOnceReady(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestNewSingleNodeServesSlotsOnceReady: a node started alone, as the
+// README's set-up starts one (serve without --join or --bootstrap-expect),
+// starts its cluster at its build's level, so as soon as its /readyz
+// answers 200 it serves a slots acquire and a checkpoint.
+func TestNewSingleNodeServesSlotsOnceReady(t *testing.T) {
+	c := env.NewCluster(t, 1, harness.Options{})
+	n := c.Node(0)
+	c.Start(n)
+	if err := levelFeaturesOnceReady(n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestoredNodeServesSlotsOnceReady: a node restoring a backup saved at
+// a level below its build's (by a cluster of an older build) starts the new
+// cluster at its build's level once the backup is installed, so as soon as
+// its /readyz answers 200 it serves a slots acquire and a checkpoint, and
+// holds the backup's state.
+func TestRestoredNodeServesSlotsOnceReady(t *testing.T) {
+	for level := range fsm.BuildLevel {
+		t.Run(fmt.Sprintf("a backup at level %d", level), func(t *testing.T) {
+			const maxJobs = 777
+			file := levelBackup(t, level, maxJobs)
+			c := env.NewCluster(t, 1, harness.Options{})
+			n := c.Node(0)
+			c.Start(n, "--restore", file)
+			if err := levelFeaturesOnceReady(n); err != nil {
+				t.Fatal(err)
+			}
+			var a harness.SettingsAnswer
+			if _, err := n.GetJSON("/cluster/settings", &a); err != nil || a.Settings["queue_max_jobs"] != maxJobs {
+				t.Fatalf("settings after the restore: %v %v, want the backup's queue_max_jobs %d", a.Settings, err, maxJobs)
+			}
+			var st levelStatus
+			if _, err := n.GetJSON("/cluster/status", &st); err != nil || st.ActiveLevel != fsm.BuildLevel {
+				t.Fatalf("status after the restore: %+v %v, want active level %d", st, err, fsm.BuildLevel)
+			}
+		})
+	}
+}
+
+// levelBackup writes a backup file (holdfast-backup/1) of a state at level
+// whose queue_max_jobs setting is maxJobs, as a cluster of a build of that
+// level saves it, and returns its path.
+func levelBackup(t *testing.T, level uint32, maxJobs int64) string {
+	t.Helper()
+	state := fsm.New()
+	now := time.Now().UnixMilli()
+	if level > 0 {
+		state.ApplyCommand(&fsm.SetLevel{Now: now, Level: level})
+	}
+	state.ApplyCommand(&fsm.SetSettings{Now: now, Patch: fsm.SettingsPatch{QueueMaxJobs: &maxJobs}})
+	snap := state.SnapshotBytes()
+	sum := sha256.Sum256(snap)
+	header, err := json.Marshal(map[string]any{"format": "holdfast-backup/1", "index": 40, "term": 3, "size": len(snap),
+		"sha256": hex.EncodeToString(sum[:]), "node_id": "old", "created_at": time.Now().UTC().Format(time.RFC3339)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), fmt.Sprintf("level-%d.backup", level))
+	if err := os.WriteFile(file, append(append(header, '\n'), snap...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // levelFeaturesOnceReady polls n's /readyz until it answers 200 and, at
