@@ -45,6 +45,20 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error
 	return r, nil
 }
 
+// bookkeeping reports whether cmds hold a command of the cluster's own
+// bookkeeping (the node directory, the level, settings, the fence floor):
+// the planted early-ack bug acknowledges clients' commands only, so that a
+// cluster built with it still forms and becomes ready.
+func bookkeeping(cmds []fsm.Command) bool {
+	for _, c := range cmds {
+		switch c.Type() {
+		case fsm.TypeSetNode, fsm.TypeRemoveNode, fsm.TypeSetLevel, fsm.TypeSetSettings, fsm.TypeFenceFloor:
+			return true
+		}
+	}
+	return false
+}
+
 // ProposeAll is Propose for commands that must be applied together and in
 // order, in one log entry: all of them, or (on an error) none that the
 // caller learns of. It returns one result per command.
@@ -92,7 +106,7 @@ func (n *Node) propose(ctx context.Context, p *proposal) ([]interface{}, error) 
 		n.counters.proposal("not_leader")
 		return nil, err
 	}
-	if plantedEarlyAck {
+	if plantedEarlyAck && !bookkeeping(cmds) {
 		rs := make([]interface{}, len(cmds))
 		for i, c := range cmds {
 			rs[i] = n.fsm.ApplyCommand(c)
