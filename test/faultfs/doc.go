@@ -20,6 +20,18 @@
 //	err = f.PowerLoss()
 //	... restart the node on dataDir ...
 //
+// The process that serves the mount must never read the mount's files
+// through a mapping (bbolt maps its database file): a page fault on the
+// mount stops a thread without the Go runtime knowing, and a garbage
+// collection that then stops the world waits for that thread while the
+// fault waits for the stopped server, for good. Its own system calls on
+// the mount are safe, but one that a rule holds must be released (Clear,
+// ClearAll or Unmount) before the process exits, or the kernel keeps the
+// exiting process waiting for an answer until the connection is aborted
+// (echo 1 > /sys/fs/fuse/connections/N/abort, with fusectl mounted there).
+// Other processes, such as the nodes, are not at risk: a process killed
+// while a rule holds its call gets EINTR.
+//
 // # What is durable
 //
 // The model follows POSIX's rule for a crash, as LazyFS and Jepsen apply

@@ -86,24 +86,11 @@ func Mount(backing, mountpoint, shadow string, opts Options) (*FS, error) {
 // checkDirs returns the three directories as clean absolute paths, making
 // shadow if it is missing.
 func checkDirs(backing, mountpoint, shadow string) ([]string, error) {
-	if err := os.MkdirAll(shadow, 0o700); err != nil {
-		return nil, fmt.Errorf("faultfs: make shadow directory: %w", err)
-	}
-	if entries, err := os.ReadDir(shadow); err != nil {
-		return nil, fmt.Errorf("faultfs: read shadow directory: %w", err)
-	} else if len(entries) > 0 {
-		return nil, fmt.Errorf("faultfs: shadow directory %s is not empty", shadow)
-	}
 	var dirs []string
 	for _, d := range []string{backing, mountpoint, shadow} {
 		abs, err := filepath.Abs(d)
 		if err != nil {
 			return nil, fmt.Errorf("faultfs: %w", err)
-		}
-		if st, err := os.Stat(abs); err != nil {
-			return nil, fmt.Errorf("faultfs: %w", err)
-		} else if !st.IsDir() {
-			return nil, fmt.Errorf("faultfs: %s is not a directory", abs)
 		}
 		for _, other := range dirs {
 			if within(abs, other) || within(other, abs) {
@@ -111,6 +98,21 @@ func checkDirs(backing, mountpoint, shadow string) ([]string, error) {
 			}
 		}
 		dirs = append(dirs, abs)
+	}
+	if err := os.MkdirAll(dirs[2], 0o700); err != nil {
+		return nil, fmt.Errorf("faultfs: make shadow directory: %w", err)
+	}
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err != nil {
+			return nil, fmt.Errorf("faultfs: %w", err)
+		} else if !st.IsDir() {
+			return nil, fmt.Errorf("faultfs: %s is not a directory", d)
+		}
+	}
+	if entries, err := os.ReadDir(dirs[2]); err != nil {
+		return nil, fmt.Errorf("faultfs: read shadow directory: %w", err)
+	} else if len(entries) > 0 {
+		return nil, fmt.Errorf("faultfs: shadow directory %s is not empty", dirs[2])
 	}
 	return dirs, nil
 }
