@@ -59,6 +59,7 @@ type FS struct {
 type mount struct {
 	fs     *FS
 	server *fuse.Server
+	root   *node
 	dead   bool // guarded by fs.gate
 }
 
@@ -130,6 +131,7 @@ func (f *FS) mount() error {
 	lr := &fs.LoopbackRoot{Path: f.backing, Dev: st.Dev}
 	root := mnt.newNode(lr, f.model.root)
 	lr.RootNode = root
+	mnt.root = root
 	timeout := time.Second
 	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
@@ -151,7 +153,6 @@ func (f *FS) mount() error {
 		return fmt.Errorf("faultfs: mount %s on %s: %w", f.backing, f.mountpoint, err)
 	}
 	mnt.server = server
-	f.model.root.node.Store(root.EmbeddedInode())
 	f.mnt = mnt
 	return nil
 }
@@ -245,38 +246,32 @@ func (f *FS) ClearAll() { f.rules.clearAll() }
 // return.
 func (f *FS) Stats(id RuleID) (s Stats, ok bool) { return f.rules.stats(id) }
 
-// Mountpoint is the directory the tree is served at.
-func (f *FS) Mountpoint() string { return f.mountpoint }
-
 // dropCaches asks the kernel to drop the cached pages of the regular files
-// the pattern matches.
+// it knows by a name the pattern matches.
 func (f *FS) dropCaches(pattern string) {
+	f.life.Lock()
+	var known []*fs.Inode
+	if f.mnt != nil {
+		known = knownFiles(f.mnt.root.EmbeddedInode(), map[*fs.Inode]bool{})
+	}
+	f.life.Unlock()
+	var matched []*fs.Inode
 	m := f.model
-	var nodes []*fs.Inode
 	m.tree.RLock()
-	var walk func(dir *inode)
-	walk = func(dir *inode) {
-		for _, child := range dir.children {
-			if child.isDir() {
-				walk(child)
-				continue
-			}
-			if n := child.node.Load(); n != nil && child.kind == syscall.S_IFREG && matches(pattern, m.paths(child)) {
-				nodes = append(nodes, n)
-			}
+	for _, n := range known {
+		if matches(pattern, m.paths(n.Operations().(*node).ino)) {
+			matched = append(matched, n)
 		}
 	}
-	walk(m.root)
 	m.tree.RUnlock()
-	if len(nodes) == 0 {
+	if len(matched) == 0 {
 		return
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for _, n := range nodes {
-			// ENOENT means the kernel already forgot the inode, and with it
-			// its pages.
+		for _, n := range matched {
+			// An error means the kernel forgot the inode, and its pages.
 			n.NotifyContent(0, 0)
 		}
 	}()
@@ -286,6 +281,25 @@ func (f *FS) dropCaches(pattern string) {
 	case <-done:
 	case <-t.C:
 	}
+}
+
+// knownFiles lists the regular files below dir in go-fuse's tree: the
+// inodes the kernel knows by a name, so the ones it may cache pages of.
+func knownFiles(dir *fs.Inode, seen map[*fs.Inode]bool) []*fs.Inode {
+	var out []*fs.Inode
+	for _, child := range dir.Children() {
+		if seen[child] {
+			continue
+		}
+		seen[child] = true
+		switch child.StableAttr().Mode {
+		case syscall.S_IFDIR:
+			out = append(out, knownFiles(child, seen)...)
+		case syscall.S_IFREG:
+			out = append(out, child)
+		}
+	}
+	return out
 }
 
 // fail records the first failure of the model while serving a call: the

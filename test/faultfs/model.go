@@ -9,10 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,10 +34,6 @@ type inode struct {
 	links    []link            // its names now: one for a directory, any number for others
 	children map[string]*inode // a directory's entries now
 	durable  map[string]*inode // a directory's entries as of its last fsync
-
-	// node is the go-fuse inode of this object in the current mount, if
-	// the kernel has looked it up; its page cache is dropped through it.
-	node atomic.Pointer[fs.Inode]
 
 	mu sync.Mutex
 	// Guarded by mu: attributes a rebuilt tree gives it.
@@ -382,11 +376,8 @@ func (m *model) durableTree() map[uint64]bool {
 		dir.children = entries
 		dir.durable = maps.Clone(entries)
 	}
-	m.root.links = nil
-	m.root.node.Store(nil)
 	for _, n := range all {
 		n.links = nil
-		n.node.Store(nil)
 		n.mu.Lock()
 		n.dirty = nil
 		n.lowSize = n.durableSize

@@ -105,9 +105,7 @@ func (n *node) backingEntry(name string) (string, syscall.Errno) {
 func (n *node) child(ctx context.Context, ino *inode, st *syscall.Stat_t, out *fuse.EntryOut) *fs.Inode {
 	out.Attr.FromStat(st)
 	out.Attr.Ino = ino.id
-	ch := n.NewInode(ctx, n.mnt.newNode(n.RootData, ino), fs.StableAttr{Mode: ino.kind, Ino: ino.id})
-	ino.node.Store(ch)
-	return ch
+	return n.NewInode(ctx, n.mnt.newNode(n.RootData, ino), fs.StableAttr{Mode: ino.kind, Ino: ino.id})
 }
 
 // Lookup finds the entry name. An entry made in the backing directory

@@ -136,6 +136,10 @@ func TestReadStallReachesCachedPages(t *testing.T) {
 	if _, err := f.ReadAt(buf, 0); err != nil {
 		t.Fatal(err)
 	}
+	// A second name makes go-fuse meet the inode again.
+	if err := os.Link(e.path("data"), e.path("alias")); err != nil {
+		t.Fatal(err)
+	}
 	id := e.add(Rule{Op: OpRead, Path: "data", Stall: UntilCleared})
 	done := async(func() error { _, err := f.ReadAt(buf, 0); return err })
 	waitFor(t, "the read to be held", func() bool { s, _ := e.fs.Stats(id); return s.Held == 1 })
