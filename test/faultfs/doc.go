@@ -29,8 +29,9 @@
 // ClearAll or Unmount) before the process exits, or the kernel keeps the
 // exiting process waiting for an answer until the connection is aborted
 // (echo 1 > /sys/fs/fuse/connections/N/abort, with fusectl mounted there).
-// Other processes, such as the nodes, are not at risk: a process killed
-// while a rule holds its call gets EINTR.
+// Other processes, such as the nodes, are not at risk: the call a rule
+// holds for a process that is killed ends with EINTR, and the process
+// exits.
 //
 // # What is durable
 //
@@ -80,17 +81,20 @@
 //
 // # Differences from a real disk
 //
-// The model keeps the least POSIX allows, which a real disk rarely does:
+// The model keeps the least POSIX allows, which is not what a real disk
+// does:
 //
 //   - ext4 with data=ordered, the usual default, persists more: fsync of a
 //     new file commits its name with it, data reaches the disk before the
 //     metadata that exposes it (no empty file under a durable name), and a
-//     rename is committed whole, never with both names or neither. A
-//     service that survives this model survives ext4; not the reverse.
-//   - A disk may keep any part of what was not synced, and tear a write;
-//     the model keeps none of it, and never tears.
-//   - A sync copies what the backing file holds when it runs, so a write
-//     racing with a sync may be made durable by it.
+//     rename is committed whole, never leaving both names or neither as
+//     the model can for a move between directories.
+//   - A disk may keep any part of what was not synced (written back
+//     early) and tear a write in flight; the model keeps none of it and
+//     tears nothing, so a power loss never leaves a torn record at a log's
+//     end. Damage of that kind needs a test that writes it.
+//   - A sync covers the file as it is when the sync runs: a write that
+//     reaches the file system before, from any descriptor, is covered.
 //
 // # Rules
 //
