@@ -324,6 +324,9 @@ func (n *Node) openLog() error {
 		if errors.Is(err, raftlog.ErrPoisoned) {
 			n.storage.report(StorageLog, err)
 		}
+	}, unreadable: func(err error) {
+		// Raft panics on an entry it cannot read back while applying.
+		n.storage.stopHere(fmt.Errorf("the Raft log in %s: %w", path, err))
 	}}
 	return nil
 }

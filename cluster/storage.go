@@ -177,6 +177,17 @@ func (h *storageHealth) halt(err error) {
 	})
 }
 
+// stopHere halts the node with err and never returns. It is for a storage
+// call whose failure the Raft library answers with a panic (saving a new
+// term, reading back an entry it applies): the caller's goroutine waits
+// here while the process stops on Fatal, so the node exits naming the
+// fault instead of crashing, and serves nothing it could not store or
+// read back.
+func (h *storageHealth) stopHere(err error) {
+	h.halt(err)
+	select {}
+}
+
 // outcome reports the outcome of a write of kind, which is cheap for a
 // successful write while nothing blocks writes.
 func (h *storageHealth) outcome(kind string, err error) {
@@ -414,8 +425,14 @@ func (s *stableGuard) Set(key, val []byte) error {
 	return s.outcome(s.StableStore.Set(key, val))
 }
 
+// SetUint64 records a number. Raft cannot go on without saving a new term
+// (it panics), so a node that cannot save one stops.
 func (s *stableGuard) SetUint64(key []byte, val uint64) error {
-	return s.outcome(s.StableStore.SetUint64(key, val))
+	err := s.outcome(s.StableStore.SetUint64(key, val))
+	if err != nil && string(key) == string(keyCurrentTerm) {
+		s.health.stopHere(fmt.Errorf("raft.db in %s: save the current term %d: %w", s.health.dataDir, val, err))
+	}
+	return err
 }
 
 // outcome reports a write's outcome and returns its error.
@@ -452,6 +469,19 @@ type watchedLog struct {
 	lastErr atomic.Pointer[error]
 	// report, when set, is told each write's outcome.
 	report func(error)
+	// unreadable, when set, is told of an entry that is there but cannot
+	// be read back.
+	unreadable func(error)
+}
+
+// GetLog reads an entry; one that is there but cannot be read back goes to
+// unreadable.
+func (l *watchedLog) GetLog(index uint64, log *raft.Log) error {
+	err := l.LogStore.GetLog(index, log)
+	if err != nil && !errors.Is(err, raft.ErrLogNotFound) && l.unreadable != nil {
+		l.unreadable(err)
+	}
+	return err
 }
 
 func (l *watchedLog) StoreLog(log *raft.Log) error { return l.StoreLogs([]*raft.Log{log}) }

@@ -289,18 +289,40 @@ func TestStableGuardRefusesOnlyTheSelfVote(t *testing.T) {
 	h.report(StorageLog, nil)
 
 	failing = true
-	if err := g.SetUint64([]byte("CurrentTerm"), 4); err == nil {
+	if err := g.SetUint64([]byte("LastVoteTerm"), 4); err == nil {
 		t.Fatal("the failing write succeeded")
 	}
 	if se := h.writeFault("n1"); se == nil || se.Kind != StorageStable {
 		t.Fatalf("a failed raft.db write: write fault %#v", se)
 	}
 	failing = false
-	if err := g.SetUint64([]byte("CurrentTerm"), 4); err != nil {
+	if err := g.SetUint64([]byte("LastVoteTerm"), 4); err != nil {
 		t.Fatal(err)
 	}
 	if !h.status().OK {
 		t.Errorf("a working raft.db write does not end its episode: %+v", h.status())
+	}
+
+	// Raft panics when it cannot save a new term: the node stops instead,
+	// and the call never returns (its goroutine waits for the process to
+	// end, so this one is left waiting).
+	failing = true
+	returned := make(chan error, 1)
+	go func() { returned <- g.SetUint64(keyCurrentTerm, 5) }()
+	select {
+	case <-h.fatal:
+		if !strings.Contains(h.fatalErr.Error(), "save the current term 5") {
+			t.Errorf("halted with %v", h.fatalErr)
+		}
+	case err := <-returned:
+		t.Fatalf("a failed save of the current term returned (%v) instead of stopping the node", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a failed save of the current term did not stop the node")
+	}
+	select {
+	case err := <-returned:
+		t.Fatalf("the failed save of the current term returned to Raft: %v", err)
+	case <-time.After(100 * time.Millisecond):
 	}
 }
 
@@ -578,5 +600,37 @@ func TestSnapshotSinkPacesItsFile(t *testing.T) {
 	got, err := io.ReadAll(rc)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("the snapshot read back %d bytes (%v), want the %d written", len(got), err, len(want))
+	}
+}
+
+// unreadableLog holds its entries but cannot read them back.
+type unreadableLog struct {
+	raft.LogStore
+	err error
+}
+
+func (u *unreadableLog) GetLog(index uint64, log *raft.Log) error {
+	if index > 10 {
+		return raft.ErrLogNotFound
+	}
+	return u.err
+}
+
+// TestWatchedLogReportsAnEntryItCannotReadBack: an entry the store holds
+// but cannot read is reported (the node stops on it); one that is not
+// there is Raft's ordinary ErrLogNotFound.
+func TestWatchedLogReportsAnEntryItCannotReadBack(t *testing.T) {
+	eio := fmt.Errorf("raftlog: read entry 3: %w", syscall.EIO)
+	var seen []error
+	l := &watchedLog{LogStore: &unreadableLog{LogStore: raft.NewInmemStore(), err: eio}, unreadable: func(err error) { seen = append(seen, err) }}
+	var e raft.Log
+	if err := l.GetLog(3, &e); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("GetLog: %v", err)
+	}
+	if err := l.GetLog(11, &e); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("GetLog of a missing entry: %v", err)
+	}
+	if len(seen) != 1 || !errors.Is(seen[0], syscall.EIO) {
+		t.Fatalf("reported %v, want the one read error", seen)
 	}
 }

@@ -165,6 +165,9 @@ func (c *serveConfig) resolveNodeID(certID string) (string, error) {
 	return id, nil
 }
 
+// fatalStopWait bounds the wait for a node that stops on a storage fault.
+const fatalStopWait = 5 * time.Second
+
 // holdsRaftState reports whether dir has a Raft log or stable store.
 func holdsRaftState(dir string) bool {
 	for _, name := range []string{cluster.StorageStable, cluster.StorageLog} {
@@ -352,8 +355,18 @@ wait:
 			front.CloseNow()
 		}
 		srv.Close()
-		if err := node.Kill(); err != nil {
-			return errors.Join(runErr, fmt.Errorf("node stop: %w", err))
+		// A storage call that failed may hold one of Raft's goroutines for
+		// good (see cluster's stopHere), so the stop is waited for only
+		// briefly: the process ends either way.
+		stopped := make(chan error, 1)
+		go func() { stopped <- node.Kill() }()
+		select {
+		case err := <-stopped:
+			if err != nil {
+				return errors.Join(runErr, fmt.Errorf("node stop: %w", err))
+			}
+		case <-time.After(fatalStopWait):
+			log.Warn("the node did not stop within its wait; exiting anyway", "wait", fatalStopWait.String())
 		}
 		return runErr
 	}

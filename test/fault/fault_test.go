@@ -132,6 +132,21 @@ func matrix() []Scenario {
 	for _, n := range []string{NemesisKill, NemesisPartition, NemesisPause, NemesisClock} {
 		out = append(out, scenario(WorkloadSlotsCheckpoint, n, 3, slotsRun))
 	}
+	// Power cuts, stalled and failing disks (the data directories served
+	// through faultfs): each nemesis under every workload, the sizes
+	// alternating so each meets both.
+	for i, wl := range []string{WorkloadLease, WorkloadQueue, WorkloadFenced, WorkloadSlotsCheckpoint} {
+		for j, nem := range []string{NemesisPower, NemesisDiskStall, NemesisDiskEIO} {
+			sc := scenario(wl, nem, 3+2*((i+j)%2), diskRun)
+			if nem == NemesisDiskEIO {
+				// Snapshots every few seconds, so a snapshot's write
+				// and fsync meet their rule.
+				sc = withArgs(sc, "--snapshot-threshold", "24", "--trailing-logs", "16")
+				sc.Turn = 3 * i // four scenarios of three or four faults: every call
+			}
+			out = append(out, sc)
+		}
+	}
 	// Last, so they never push the scenarios above out of the budget:
 	// storage damage, three nodes, shorter runs (two or three faults each).
 	for _, wl := range []string{WorkloadLease, WorkloadQueue} {
@@ -142,6 +157,10 @@ func matrix() []Scenario {
 
 // slotsRun is how long the clients of a slots+checkpoint scenario run.
 const slotsRun = 35 * time.Second
+
+// diskRun is how long the clients of a power, disk-stall or disk-eio
+// scenario run: room for four power cuts, or one or two stalls.
+const diskRun = 40 * time.Second
 
 // storageRun is how long the clients of a storage scenario run.
 const storageRun = 30 * time.Second

@@ -34,6 +34,10 @@ type nemesis struct {
 	// highest fencing token they were granted.
 	probes    int
 	lastFence int64
+
+	// powerCuts and wholeCuts count the power nemesis's cuts, all and of
+	// every member; stalls and eios the disk nemeses' faults.
+	powerCuts, wholeCuts, stalls, eios int
 }
 
 func newNemesis(r *run) *nemesis {
@@ -57,6 +61,7 @@ func (nm *nemesis) loop(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
+	defer nm.checkPower()
 	order := append([]string(nil), nm.kinds...)
 	for i := 0; ; i++ {
 		if i%len(order) == 0 {
@@ -95,6 +100,12 @@ func (nm *nemesis) inject(ctx context.Context, kind string) *fault {
 		return nm.membership()
 	case NemesisStorage:
 		return nm.storage()
+	case NemesisPower:
+		return nm.power()
+	case NemesisDiskStall:
+		return nm.diskStall()
+	case NemesisDiskEIO:
+		return nm.diskEIO()
 	}
 	nm.r.problem("unknown nemesis %q", kind)
 	return nil

@@ -24,6 +24,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/holdfast/holdfast/test/faultfs"
 	"github.com/holdfast/holdfast/test/harness"
 )
 
@@ -139,6 +140,9 @@ type Scenario struct {
 	// Keys is how many keys the lease workload's workers share per epoch
 	// (0: the nodes plus two); fewer keys, more waiters on each.
 	Keys int
+	// Turn is where the disk-eio nemesis starts its turn through the
+	// calls it fails, so the scenarios between them fail every one.
+	Turn int
 }
 
 // estimate is the time the scenario is expected to take, for the budget.
@@ -198,6 +202,9 @@ type run struct {
 	// targets are the nodes clients talk to (the initial members).
 	targets []*harness.Node
 	spare   *harness.Node
+	// disks are the nodes' data directories served through faultfs, by
+	// node id (the disk nemeses only).
+	disks map[string]*faultfs.FS
 	// baseline is the older build the upgrade scenarios start on.
 	baseline string
 
@@ -207,6 +214,7 @@ type run struct {
 	mu          sync.Mutex
 	members     map[string]bool
 	problems    []string
+	notes       []string
 	answers     int
 	answerNotes []string
 	converged   bool
@@ -225,6 +233,14 @@ func (r *run) problem(format string, args ...any) {
 	r.problems = append(r.problems, msg)
 	r.mu.Unlock()
 	r.rec.Note("problem", msg)
+}
+
+// note records what a nemesis saw, for the report; it is not a violation.
+func (r *run) note(msg string) {
+	r.mu.Lock()
+	r.notes = append(r.notes, msg)
+	r.mu.Unlock()
+	r.rec.Note("note", msg)
 }
 
 // unexpectedAnswer records an answer no correct service gives to the
@@ -429,8 +445,17 @@ func (r *run) form(env *harness.Env) {
 	if r.sc.Nemesis == NemesisMembership || r.sc.Nemesis == NemesisMix {
 		slots++ // a spare voter to add and remove
 	}
+	clusterDir := filepath.Join(t.TempDir(), "cluster")
+	var diskRoot string
+	if onDisks(r.sc.Nemesis) {
+		// Registered before the cluster, so the mounts go after its
+		// processes are killed and before the directories are removed.
+		diskRoot = t.TempDir()
+		r.disks = map[string]*faultfs.FS{}
+		t.Cleanup(r.unmountDisks)
+	}
 	r.c = env.NewCluster(t, slots, harness.Options{
-		Dir:              filepath.Join(t.TempDir(), "cluster"),
+		Dir:              clusterDir,
 		HeartbeatTimeout: time.Second,
 		ElectionTimeout:  time.Second,
 		Args:             append(commonArgs(), r.sc.Args...),
@@ -445,6 +470,9 @@ func (r *run) form(env *harness.Env) {
 		}
 		r.client.UseTLS(cfg)
 		r.ops.UseTLS(cfg.Clone())
+	}
+	if diskRoot != "" {
+		r.mountDisks(diskRoot)
 	}
 	r.slots = r.c.Nodes()
 	eps := make([]Endpoint, len(r.slots))
@@ -633,13 +661,18 @@ type Result struct {
 	Fencing                 int
 	FaultOps, FaultAnswered int
 	Recovery                []time.Duration
-	Faults                  int
-	Converged               bool
+	// Outage is, for each fault, how long from its start until a write
+	// invoked after it was acknowledged.
+	Outage    []time.Duration
+	Faults    int
+	Converged bool
 	// Violations is the total of every check that must be 0.
 	Violations int
 	Details    []string
-	Elapsed    time.Duration
-	Outcome    string
+	// Notes are what the nemesis saw, for the report.
+	Notes   []string
+	Elapsed time.Duration
+	Outcome string
 }
 
 // Availability is the fraction of operations invoked during a fault that
@@ -653,38 +686,46 @@ func (res *Result) Availability() float64 {
 
 // RecoveryMax is the longest time from a heal to the first acknowledged
 // write invoked after it.
-func (res *Result) RecoveryMax() time.Duration {
+func (res *Result) RecoveryMax() time.Duration { return maxOf(res.Recovery) }
+
+// RecoveryMean is the mean of the recovery times.
+func (res *Result) RecoveryMean() time.Duration { return meanOf(res.Recovery) }
+
+func maxOf(ds []time.Duration) time.Duration {
 	var m time.Duration
-	for _, d := range res.Recovery {
+	for _, d := range ds {
 		m = max(m, d)
 	}
 	return m
 }
 
-// RecoveryMean is the mean of the recovery times.
-func (res *Result) RecoveryMean() time.Duration {
-	if len(res.Recovery) == 0 {
+func meanOf(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
 		return 0
 	}
 	var s time.Duration
-	for _, d := range res.Recovery {
+	for _, d := range ds {
 		s += d
 	}
-	return s / time.Duration(len(res.Recovery))
+	return s / time.Duration(len(ds))
+}
+
+// meanMax formats durations as "mean/max" in seconds, "-" for none.
+func meanMax(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fs/%.1fs", meanOf(ds).Seconds(), maxOf(ds).Seconds())
 }
 
 // ResultHeader is the header of the result rows.
-const ResultHeader = "workload                 nemesis     nodes  ops    ok     fail   info  lost  unexp  linearizable  fencing  avail  recovery(mean/max)  converged  result"
+const ResultHeader = "workload                 nemesis     nodes  ops    ok     fail   info  lost  unexp  linearizable  fencing  avail  outage(mean/max)  recovery(mean/max)  converged  result"
 
 // Row formats the result as one line.
 func (res *Result) Row() string {
 	avail := "-"
 	if a := res.Availability(); !math.IsNaN(a) {
 		avail = fmt.Sprintf("%.2f", a)
-	}
-	rec := "-"
-	if len(res.Recovery) > 0 {
-		rec = fmt.Sprintf("%.1fs/%.1fs", res.RecoveryMean().Seconds(), res.RecoveryMax().Seconds())
 	}
 	wl := res.Workload
 	if res.Tag != "" {
@@ -693,8 +734,9 @@ func (res *Result) Row() string {
 	if res.TLS {
 		wl += " (TLS)"
 	}
-	return fmt.Sprintf("%-24s %-11s %5d  %-6d %-6d %-6d %-5d %-5d %-6d %-13s %-8d %-6s %-19s %-10v %s",
-		wl, res.Nemesis, res.Nodes, res.Ops, res.OK, res.Failed, res.Info, res.Lost, res.Unexpected, res.Lin, res.Fencing, avail, rec, res.Converged, res.Outcome)
+	return fmt.Sprintf("%-24s %-11s %5d  %-6d %-6d %-6d %-5d %-5d %-6d %-13s %-8d %-6s %-17s %-19s %-10v %s",
+		wl, res.Nemesis, res.Nodes, res.Ops, res.OK, res.Failed, res.Info, res.Lost, res.Unexpected, res.Lin, res.Fencing, avail,
+		meanMax(res.Outage), meanMax(res.Recovery), res.Converged, res.Outcome)
 }
 
 // isWrite reports whether f changes state.
@@ -746,24 +788,33 @@ func (r *run) baseResult() *Result {
 		}
 	}
 	for i, w := range windows {
-		if w.End == 0 {
-			continue
-		}
 		next := int64(math.MaxInt64)
 		if i+1 < len(windows) {
 			next = windows[i+1].Start
 		}
-		best := int64(math.MaxInt64)
-		for _, o := range ops {
-			if o.Type == OK && isWrite(o.F) && o.Status >= 200 && o.Status < 300 && o.Call >= w.End && o.Ret < next {
-				best = min(best, o.Ret-w.End)
-			}
+		if d, ok := firstWriteAfter(ops, w.Start, next); ok {
+			res.Outage = append(res.Outage, d)
 		}
-		if best != math.MaxInt64 {
-			res.Recovery = append(res.Recovery, time.Duration(best))
+		if w.End == 0 {
+			continue
+		}
+		if d, ok := firstWriteAfter(ops, w.End, next); ok {
+			res.Recovery = append(res.Recovery, d)
 		}
 	}
 	return res
+}
+
+// firstWriteAfter is how long after from the first write invoked at or
+// after it was acknowledged, among those acknowledged before until.
+func firstWriteAfter(ops []Op, from, until int64) (time.Duration, bool) {
+	best := int64(math.MaxInt64)
+	for _, o := range ops {
+		if o.Type == OK && isWrite(o.F) && o.Status >= 200 && o.Status < 300 && o.Call >= from && o.Ret < until {
+			best = min(best, o.Ret-from)
+		}
+	}
+	return time.Duration(best), best != math.MaxInt64
 }
 
 // writeVisualization writes porcupine's HTML for the lease history, with

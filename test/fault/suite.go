@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/test/faultfs"
 	"github.com/holdfast/holdfast/test/harness"
 )
 
@@ -216,6 +217,11 @@ func (s *suite) runScenarios(t *testing.T, scs []Scenario) {
 // heals, drains, checks and reports. It returns the result row.
 func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 	began := time.Now()
+	if onDisks(sc.Nemesis) {
+		if err := faultfs.Usable(); err != nil {
+			t.Skipf("%s serves the data directories through FUSE: %v", sc.Nemesis, err)
+		}
+	}
 	env, err := s.envFor(sc.Tag)
 	if err != nil {
 		t.Fatal(err)
@@ -292,6 +298,7 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 	r.mu.Lock()
 	problems := append([]string(nil), r.problems...)
 	answers, notes := r.answers, append([]string(nil), r.answerNotes...)
+	res.Notes = append(res.Notes, r.notes...)
 	r.mu.Unlock()
 	res.Violations += len(problems)
 	res.Details = append(res.Details, problems...)
@@ -315,7 +322,8 @@ func (s *suite) runScenario(t *testing.T, sc Scenario) *Result {
 	default:
 		res.Outcome = "passed"
 	}
-	summary := fmt.Sprintf("%s\n%s\n%s in %v, %d faults\n  %s", ResultHeader, res.Row(), sc.Name, res.Elapsed.Round(time.Second), res.Faults, strings.Join(res.Details, "\n  "))
+	summary := fmt.Sprintf("%s\n%s\n%s in %v, %d faults\n  %s", ResultHeader, res.Row(), sc.Name, res.Elapsed.Round(time.Second), res.Faults,
+		strings.Join(append(append([]string(nil), res.Details...), res.Notes...), "\n  "))
 	_ = os.WriteFile(filepath.Join(r.dir, "result.txt"), []byte(summary+"\n"), 0o644)
 	t.Log(summary)
 	switch {

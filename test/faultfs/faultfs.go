@@ -63,6 +63,18 @@ type mount struct {
 	dead   bool // guarded by fs.gate
 }
 
+// Usable reports why this process cannot mount a faultfs (nil if it can):
+// mount(2) needs root and /dev/fuse.
+func Usable() error {
+	if os.Geteuid() != 0 {
+		return errors.New("mounting a FUSE file system with mount(2) needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return fmt.Errorf("no /dev/fuse: %w", err)
+	}
+	return nil
+}
+
 // Mount serves the backing directory at mountpoint, keeping the durable
 // contents of files in shadow, which must be empty or missing. The three
 // must be distinct directories, none inside another. Everything in backing

@@ -15,11 +15,8 @@ import (
 // requireFUSE skips a test that needs a mount where there can be none.
 func requireFUSE(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a FUSE file system with mount(2) needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
+	if err := Usable(); err != nil {
+		t.Skip(err)
 	}
 }
 
