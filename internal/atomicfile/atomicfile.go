@@ -1,17 +1,24 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
 
 // Write writes data to path through a synced temporary file in the same
-// directory and a rename, then syncs the directory.
+// directory and a rename, then syncs the directory, so that after a crash
+// or a power loss path holds either its old content (or is absent, if it
+// was) or all of data. An error of any step, the directory's sync
+// included, is returned: until Write returns nil nothing may rely on the
+// new content surviving a power loss.
 func Write(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("create a temporary file: %w", err)
+		return fmt.Errorf("write %s: create a temporary file: %w", path, err)
 	}
 	tmp := f.Name()
 	_, err = f.Write(data)
@@ -28,9 +35,64 @@ func Write(path string, data []byte) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
+	if err := SyncDir(dir); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// SyncDir fsyncs the directory dir, which makes the creation, renaming and
+// removal of the entries in it durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// MkdirAll makes dir and every missing directory above it, like
+// os.MkdirAll, and makes what it created durable: it syncs the directory
+// each new one was made in, so that once it returns a power loss takes
+// none of them away. A dir that exists already is left as it is.
+func MkdirAll(dir string, perm fs.FileMode) error {
+	dir = filepath.Clean(dir)
+	var missing []string // the directories to make, dir first
+	for p := dir; ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err == nil {
+			if !st.IsDir() {
+				return fmt.Errorf("make directory %s: %s is not a directory", dir, p)
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("make directory %s: %w", dir, err)
+		}
+		missing = append(missing, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return fmt.Errorf("make directory %s: %w", dir, err)
+	}
+	// The topmost new directory first: each sync then makes the next
+	// one's entry durable, down to dir's own.
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := SyncDir(filepath.Dir(missing[i])); err != nil {
+			return fmt.Errorf("make directory %s: %w", dir, err)
+		}
 	}
 	return nil
 }
