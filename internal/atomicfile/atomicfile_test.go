@@ -30,36 +30,6 @@ func TestWriteReplacesWholeAndLeavesNoTemporaryFile(t *testing.T) {
 	}
 }
 
-// mountFaultFS mounts a faultfs (test/faultfs) over an empty directory and
-// returns it and its mount point; it skips the test where there can be no
-// mount.
-func mountFaultFS(t *testing.T) (*faultfs.FS, string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a FUSE file system with mount(2) needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
-	}
-	base := t.TempDir()
-	backing, mnt := filepath.Join(base, "backing"), filepath.Join(base, "mnt")
-	for _, d := range []string{backing, mnt} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f, err := faultfs.Mount(backing, mnt, filepath.Join(base, "shadow"), faultfs.Options{})
-	if err != nil {
-		t.Fatalf("mount a faultfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := f.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
-	return f, mnt
-}
-
 func powerLoss(t *testing.T, f *faultfs.FS) {
 	t.Helper()
 	if err := f.PowerLoss(); err != nil {
@@ -90,7 +60,7 @@ func hits(t *testing.T, f *faultfs.FS, id faultfs.RuleID) int {
 // TestWriteSurvivesAPowerLoss: a written file is there after a power loss,
 // whole, and no temporary file is.
 func TestWriteSurvivesAPowerLoss(t *testing.T) {
-	f, mnt := mountFaultFS(t)
+	f, mnt := faultfs.TempMount(t)
 	path := filepath.Join(mnt, "node-id")
 	for _, content := range []string{"first\n", "second, longer\n"} {
 		if err := Write(path, []byte(content)); err != nil {
@@ -109,7 +79,7 @@ func TestWriteSurvivesAPowerLoss(t *testing.T) {
 // TestWriteReturnsTheDirectorysSyncError: until the directory is synced
 // the new name may not survive a power loss, so a failed sync fails Write.
 func TestWriteReturnsTheDirectorysSyncError(t *testing.T) {
-	f, mnt := mountFaultFS(t)
+	f, mnt := faultfs.TempMount(t)
 	if _, err := f.Add(faultfs.Rule{Op: faultfs.OpFsyncDir, Path: ".", Err: syscall.EIO, Times: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +92,7 @@ func TestWriteReturnsTheDirectorysSyncError(t *testing.T) {
 // TestSyncDirMakesEntriesDurable: a file made in a directory survives a
 // power loss once the directory is synced, and only then.
 func TestSyncDirMakesEntriesDurable(t *testing.T) {
-	f, mnt := mountFaultFS(t)
+	f, mnt := faultfs.TempMount(t)
 	for _, name := range []string{"synced", "not-synced"} {
 		if err := os.WriteFile(filepath.Join(mnt, name), nil, 0o600); err != nil {
 			t.Fatal(err)
@@ -174,7 +144,7 @@ func expectDirSyncs(t *testing.T, f *faultfs.FS, dirs ...string) func() {
 // after a power loss; it syncs only the directories it made new entries
 // in, and a failed sync fails it.
 func TestMkdirAllSurvivesAPowerLoss(t *testing.T) {
-	f, mnt := mountFaultFS(t)
+	f, mnt := faultfs.TempMount(t)
 	deep := filepath.Join(mnt, "a", "b", "c")
 	check := expectDirSyncs(t, f, ".", "a", "a/b")
 	if err := MkdirAll(deep, 0o700); err != nil {
