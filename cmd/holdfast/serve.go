@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/holdfast/holdfast/cluster"
+	"github.com/holdfast/holdfast/internal/atomicfile"
 	"github.com/holdfast/holdfast/internal/client"
 	"github.com/holdfast/holdfast/server"
 )
@@ -147,7 +148,7 @@ func (c *serveConfig) resolveNodeID(certID string) (string, error) {
 		id = certID
 	}
 	if id == "" && holdsRaftState(c.dataDir) {
-		return "", fmt.Errorf("the data dir %s holds a node's Raft state but no node-id file: start it with --node-id and the id it had (once given, it is kept)", c.dataDir)
+		return "", fmt.Errorf("the data dir %s holds a node's Raft state but no node id (its node-id file is missing or empty): start it with --node-id and the id it had (once given, it is kept)", c.dataDir)
 	}
 	if id == "" {
 		var r [6]byte
@@ -156,10 +157,12 @@ func (c *serveConfig) resolveNodeID(certID string) (string, error) {
 		}
 		id = "node-" + hex.EncodeToString(r[:])
 	}
-	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+	// Durable before the node makes any Raft state: a restart after a
+	// power loss must find the id that state belongs to.
+	if err := atomicfile.MkdirAll(c.dataDir, 0o700); err != nil {
 		return "", fmt.Errorf("create data dir: %w", err)
 	}
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(path, []byte(id+"\n")); err != nil {
 		return "", fmt.Errorf("store node id: %w", err)
 	}
 	return id, nil

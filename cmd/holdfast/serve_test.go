@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/internal/client"
+	"github.com/holdfast/holdfast/test/faultfs"
 )
 
 func TestFlagsAndEnvironment(t *testing.T) {
@@ -84,6 +85,22 @@ func TestNodeIDIsGeneratedOnceAndKept(t *testing.T) {
 	if id, err := c.resolveNodeID(""); err == nil || !strings.Contains(err.Error(), first) {
 		t.Fatalf("another id on a kept one: %q, %v; want a refusal naming %q", id, err, first)
 	}
+}
+
+// TestNodeIDSurvivesAPowerLoss: the generated id, and the data directory
+// made for it, survive a power loss (test/faultfs keeps only what was
+// synced), so a restart without --node-id is the same node.
+func TestNodeIDSurvivesAPowerLoss(t *testing.T) {
+	f, mnt := faultfs.TempMount(t)
+	c := &serveConfig{dataDir: filepath.Join(mnt, "srv", "holdfast")}
+	first, err := c.resolveNodeID("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.PowerLoss(); err != nil {
+		t.Fatal(err)
+	}
+	startAs(t, c, "", first)
 }
 
 // TestGivenNodeIDIsKept: an id given with --node-id is kept, so a restart
