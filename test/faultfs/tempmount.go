@@ -8,9 +8,12 @@ import (
 
 // TempMount mounts an FS over an empty backing directory in the test's
 // temporary directory and returns it with its mount point. It unmounts it
-// when the test ends, so every process using the mount must be stopped by
-// then: register their cleanups after calling TempMount. It skips the test
-// where there can be no mount (not root, or no /dev/fuse).
+// when the test ends, so every process using the mount must be stopped,
+// and every file the test's own process opened on it closed, by then:
+// register their cleanups after calling TempMount (a file of the mount
+// still open when the test's process exits is flushed to the mount's
+// server in that same exiting process, which never answers). It skips the
+// test where there can be no mount (not root, or no /dev/fuse).
 func TempMount(t testing.TB) (*FS, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
