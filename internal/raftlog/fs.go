@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/holdfast/holdfast/internal/atomicfile"
 )
 
 // segFile is what the store does with an open segment file.
@@ -68,14 +70,7 @@ func (osFS) Remove(path string) error       { return os.Remove(path) }
 func (osFS) Rename(from, to string) error   { return os.Rename(from, to) }
 func (osFS) Free(dir string) (int64, error) { return freeSpace(dir) }
 
-func (osFS) SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func (osFS) SyncDir(dir string) error { return atomicfile.SyncDir(dir) }
 
 // ErrNoSpace is wrapped by the errors of writes that failed because the
 // file system is full (ENOSPC) or the user's quota is used up (EDQUOT).

@@ -67,11 +67,7 @@ func MarkedLevel(dir string) (uint32, error) {
 func MarkLevel(dir string, level uint32) error {
 	path := levelMarkPath(dir, level)
 	text := fmt.Sprintf("The cluster this log belongs to is at cluster level %d: only builds that speak level %d or later can read its entries.\n", level, level)
-	err := atomicfile.Write(path, []byte(text))
-	if err == nil {
-		err = osFS{}.SyncDir(dir)
-	}
-	if err != nil {
+	if err := atomicfile.Write(path, []byte(text)); err != nil {
 		return fmt.Errorf("raftlog: mark level %d in %s: %w", level, dir, err)
 	}
 	return nil

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/internal/atomicfile"
 )
 
 const (
@@ -105,12 +107,13 @@ var (
 	_ raft.LogStore = (*Store)(nil)
 )
 
-// Open opens the store in dir, creating the directory if needed, and
-// recovers the log from its segment files. A torn final append is cut
-// off; any other damage (see ErrCorrupt) makes Open fail without changing
-// a byte.
+// Open opens the store in dir, creating the directory if needed (with the
+// directory above it synced, so a power loss cannot take it away with the
+// segments in it), and recovers the log from its segment files. A torn
+// final append is cut off; any other damage (see ErrCorrupt) makes Open
+// fail without changing a byte.
 func Open(dir string, opts Options) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftlog: create %s: %w", dir, err)
 	}
 	s := &Store{dir: dir, segSize: opts.SegmentSize, warn: opts.Warn, fs: opts.fs, manifest: opts.Manifest}
