@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/atomicfile"
 	"github.com/holdfast/holdfast/internal/raftlog"
 	"github.com/holdfast/holdfast/internal/tlsconf"
 )
@@ -71,7 +71,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cluster config: %w", err)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	if err := atomicfile.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	n := &Node{
@@ -93,12 +93,12 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 3, quietLogger{cfg.Logger.Named("snapshots"), n.storage, nil})
+	snaps, err := openSnapshots(cfg.DataDir, quietLogger{cfg.Logger.Named("snapshots"), n.storage, nil}, n.storage)
 	if err != nil {
 		n.closeStores()
-		return nil, fmt.Errorf("open snapshot store: %w", err)
+		return nil, err
 	}
-	n.snaps = &watchedSnapshots{SnapshotStore: snaps, health: n.storage, dir: filepath.Join(cfg.DataDir, StorageSnapshots)}
+	n.snaps = snaps
 	recorded, err := checkLevelRecord(n.store)
 	if err != nil {
 		n.closeStores()
@@ -209,6 +209,12 @@ func (n *Node) openStores() error {
 		return fmt.Errorf("open bolt store %s: %w", n.cfg.boltPath(), err)
 	}
 	n.store = store
+	// bbolt syncs its file but never the directory holding it: without
+	// this a power loss can take a new raft.db away, with the term, the
+	// vote and the segment list in it.
+	if err := atomicfile.SyncDir(n.cfg.DataDir); err != nil {
+		return fmt.Errorf("make %s durable: %w", n.cfg.boltPath(), err)
+	}
 	if err := n.openLog(); err != nil {
 		return err
 	}

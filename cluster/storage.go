@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/holdfast/holdfast/internal/atomicfile"
 	"github.com/holdfast/holdfast/internal/raftlog"
 )
 
@@ -505,6 +506,21 @@ func (l *watchedLog) DeleteRange(min, max uint64) error {
 	return err
 }
 
+// openSnapshots opens the snapshot store of the data directory dataDir,
+// making its directory (snapshots/) durably first: the file store would
+// make it without syncing the data directory.
+func openSnapshots(dataDir string, log hclog.Logger, health *storageHealth) (*watchedSnapshots, error) {
+	dir := filepath.Join(dataDir, StorageSnapshots)
+	if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the snapshot directory: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dataDir, 3, log)
+	if err != nil {
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	return &watchedSnapshots{SnapshotStore: snaps, health: health, dir: dir}, nil
+}
+
 // watchedSnapshots is the snapshot store: a snapshot that cannot be
 // created, written or closed is a StorageSnapshots fault, which the next
 // snapshot closed successfully ends.
@@ -536,6 +552,7 @@ func (s *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint
 	}
 	w := &watchedSink{SnapshotSink: sink, health: s.health}
 	if s.dir != "" {
+		w.dir = filepath.Join(s.dir, sink.ID()+".tmp")
 		// The file store writes the state to ID.tmp/state.bin; a second
 		// descriptor of it paces its write-out. Without it (a store of
 		// another layout) the final sync writes everything at once.
@@ -570,12 +587,19 @@ const snapshotWriteOut = 1 << 20
 // successful close. With the snapshot's file open (file), it writes the
 // file out to the disk every snapshotWriteOut bytes as it goes: a state of
 // a hundred megabytes synced at once at the end kept every append of the
-// Raft log on the same disk waiting for up to seconds.
+// Raft log on the same disk waiting for up to seconds. With the
+// snapshot's directory known (dir), it syncs it before the file store
+// finishes the snapshot (see Close).
 type watchedSink struct {
 	raft.SnapshotSink
 	health  *storageHealth
+	dir     string   // the snapshot's directory while it is written (ID.tmp); "": not synced here
 	file    *os.File // the snapshot's state file, read-only; nil: no pacing
 	written int64    // bytes written since the last write-out
+	// closed is set by the first Close: the state machine's Persist
+	// closes the sink and Raft closes it again, which the file store
+	// answers with nil.
+	closed bool
 }
 
 func (s *watchedSink) Write(p []byte) (int, error) {
@@ -597,8 +621,24 @@ func (s *watchedSink) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Close finishes the snapshot. The file store syncs the state and meta
+// files, renames ID.tmp to ID and syncs the snapshots directory, but never
+// syncs ID.tmp itself: after a power loss ID could be there and empty, and
+// Raft compacts its log once Close returns. So the directory, whose
+// entries (meta.json, state.bin) the store made when it created the sink,
+// is synced first; if that fails the snapshot is cancelled.
 func (s *watchedSink) Close() error {
-	err := s.SnapshotSink.Close()
+	var err error
+	if s.dir != "" && !s.closed {
+		if err = atomicfile.SyncDir(s.dir); err != nil {
+			err = fmt.Errorf("snapshot %s: %w", s.ID(), err)
+			_ = s.SnapshotSink.Cancel()
+		}
+	}
+	s.closed = true
+	if err == nil {
+		err = s.SnapshotSink.Close()
+	}
 	s.health.report(StorageSnapshots, err)
 	s.release()
 	return err

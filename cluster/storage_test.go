@@ -18,6 +18,7 @@ import (
 
 	"github.com/holdfast/holdfast/internal/raftlog"
 	"github.com/holdfast/holdfast/internal/testutil"
+	"github.com/holdfast/holdfast/test/faultfs"
 )
 
 // testHealth is a tracker logging into a buffer, with a clock the test moves.
@@ -633,4 +634,67 @@ func TestWatchedLogReportsAnEntryItCannotReadBack(t *testing.T) {
 	if len(seen) != 1 || !errors.Is(seen[0], syscall.EIO) {
 		t.Fatalf("reported %v, want the one read error", seen)
 	}
+}
+
+// TestSnapshotSurvivesAPowerLoss: a snapshot whose Close returned is whole
+// after a power loss (test/faultfs keeps only what was synced), in a
+// snapshots directory made below a new data directory; a snapshot whose
+// directory cannot be synced fails to close and leaves nothing.
+func TestSnapshotSurvivesAPowerLoss(t *testing.T) {
+	f, mnt := faultfs.TempMount(t)
+	h, _, _ := testHealth(t)
+	dataDir := filepath.Join(mnt, "data")
+	s, err := openSnapshots(dataDir, hclog.NewNullLogger(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(index uint64, data []byte) (raft.SnapshotSink, error) {
+		sink, err := s.Create(raft.SnapshotVersionMax, index, 2, raft.Configuration{}, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sink.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		return sink, sink.Close()
+	}
+	// check requires the store to hold kept alone, with want in it.
+	check := func(when string, kept raft.SnapshotSink, want []byte) {
+		t.Helper()
+		metas, err := s.List()
+		if err != nil || len(metas) != 1 || metas[0].ID != kept.ID() {
+			t.Fatalf("snapshots %s: %v, %v; want %s alone", when, metas, err, kept.ID())
+		}
+		_, rc, err := s.Open(kept.ID())
+		if err != nil {
+			t.Fatalf("open %s %s: %v", kept.ID(), when, err)
+		}
+		defer rc.Close()
+		if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s %s: %d bytes (%v), want the %d written", kept.ID(), when, len(got), err, len(want))
+		}
+		if names, err := unfinishedSnapshots(filepath.Join(dataDir, StorageSnapshots)); err != nil || len(names) != 0 {
+			t.Fatalf("unfinished snapshots %s: %v, %v", when, names, err)
+		}
+	}
+	want := bytes.Repeat([]byte("holdfast state "), 1000)
+	kept, err := write(9, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.PowerLoss(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = openSnapshots(dataDir, hclog.NewNullLogger(), h); err != nil {
+		t.Fatal(err)
+	}
+	check("after a power loss", kept, want)
+
+	if _, err := f.Add(faultfs.Rule{Op: faultfs.OpFsyncDir, Path: "data/snapshots/*.tmp", Err: syscall.EIO, Times: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := write(12, []byte("never finished")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("close of a snapshot whose directory cannot be synced: %v, want EIO", err)
+	}
+	check("after a failed close", kept, want)
 }
