@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/atomicfile"
 )
 
 // ErrCorruptSnapshot is wrapped by the start-up error of a node whose
@@ -45,11 +47,14 @@ func (n *Node) removeUnfinishedSnapshots() error {
 // checkSnapshots finds the snapshot Raft will start from (the newest whose
 // meta reads, whose CRC and the state machine's own checksum verify) and
 // makes sure the log continues from it, so the node never starts with
-// missing state. Damaged snapshots newer than it are moved under
-// damaged-snapshots/, bytes intact, so Raft cannot pick them later; when
-// the log does not continue from any usable snapshot, nothing is moved
-// and the node refuses to start.
+// missing state. Damaged snapshots newer than it, and snapshot directories
+// Raft's store passes over because their meta cannot be read (one a power
+// loss left empty or half there), are moved under damaged-snapshots/,
+// bytes intact, so Raft cannot pick them later; when the log does not
+// continue from any usable snapshot, nothing is moved and the node refuses
+// to start, naming them.
 func (n *Node) checkSnapshots(snaps raft.SnapshotStore, logs raft.LogStore) error {
+	dir := filepath.Join(n.cfg.DataDir, StorageSnapshots)
 	metas, err := snaps.List()
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
@@ -69,6 +74,11 @@ func (n *Node) checkSnapshots(snaps raft.SnapshotStore, logs raft.LogStore) erro
 		from, found = m.Index, true
 		break
 	}
+	unlisted, problems, err := unreadableSnapshots(dir, snaps, metas)
+	if err != nil {
+		return err
+	}
+	ids, damaged = append(ids, unlisted...), append(damaged, problems...)
 	first, err := logs.FirstIndex()
 	if err != nil {
 		return fmt.Errorf("read the log's first index: %w", err)
@@ -77,11 +87,11 @@ func (n *Node) checkSnapshots(snaps raft.SnapshotStore, logs raft.LogStore) erro
 	if err != nil {
 		return fmt.Errorf("read the log's last index: %w", err)
 	}
-	covered := last == 0 && (found || len(metas) == 0) || last > 0 && first <= from+1
+	none := len(metas) == 0 && len(unlisted) == 0 // no snapshot was ever finished here
+	covered := last == 0 && (found || none) || last > 0 && first <= from+1
 	if len(damaged) == 0 && covered {
 		return nil
 	}
-	dir := filepath.Join(n.cfg.DataDir, "snapshots")
 	start := "no snapshot"
 	if found {
 		start = fmt.Sprintf("the snapshot at index %d", from)
@@ -99,7 +109,7 @@ func (n *Node) checkSnapshots(snaps raft.SnapshotStore, logs raft.LogStore) erro
 			ErrCorruptSnapshot, start, holds, why)
 	}
 	for i, id := range ids {
-		if err := n.setAsideSnapshot(dir, id); err != nil {
+		if err := setAsideSnapshot(n.cfg.DataDir, id); err != nil {
 			return err
 		}
 		n.log.Warn("a damaged snapshot was set aside; the node starts from an older snapshot and its log", "snapshot", id, "problem", damaged[i],
@@ -126,14 +136,48 @@ func verifySnapshot(snaps raft.SnapshotStore, id string) error {
 	return nil
 }
 
-// setAsideSnapshot moves snapshot id out of the snapshot store's directory.
-func (n *Node) setAsideSnapshot(dir, id string) error {
-	aside := filepath.Join(n.cfg.DataDir, damagedSnapshotsDir)
-	if err := os.MkdirAll(aside, 0o700); err != nil {
+// unreadableSnapshots returns the snapshot directories in dir that the
+// store does not list and cannot open, each with what failed: the store
+// passes over a directory whose meta.json it cannot read (one a power loss
+// left empty, say) without a word, and would keep it for good. A readable
+// one it does not list (past the number it keeps) is not among them.
+func unreadableSnapshots(dir string, snaps raft.SnapshotStore, listed []*raft.SnapshotMeta) (ids, problems []string, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	for _, e := range entries {
+		id := e.Name()
+		if !e.IsDir() || strings.HasSuffix(id, ".tmp") || slices.ContainsFunc(listed, func(m *raft.SnapshotMeta) bool { return m.ID == id }) {
+			continue
+		}
+		_, rc, err := snaps.Open(id)
+		if err == nil {
+			_ = rc.Close()
+			continue
+		}
+		ids = append(ids, id)
+		problems = append(problems, fmt.Sprintf("%s: unreadable: %v", id, err))
+	}
+	return ids, problems, nil
+}
+
+// setAsideSnapshot moves snapshot id out of the snapshot store's directory
+// into dataDir's damaged-snapshots/, durably. The directory it goes to is
+// synced before the one it leaves: a power loss in between leaves it
+// under one name or both (and it is set aside again), never under neither.
+func setAsideSnapshot(dataDir, id string) error {
+	dir, aside := filepath.Join(dataDir, StorageSnapshots), filepath.Join(dataDir, damagedSnapshotsDir)
+	if err := atomicfile.MkdirAll(aside, 0o700); err != nil {
 		return fmt.Errorf("keep damaged snapshot %s: %w", id, err)
 	}
 	if err := os.Rename(filepath.Join(dir, id), filepath.Join(aside, id)); err != nil {
 		return fmt.Errorf("keep damaged snapshot %s: %w", id, err)
+	}
+	for _, d := range []string{aside, dir} {
+		if err := atomicfile.SyncDir(d); err != nil {
+			return fmt.Errorf("keep damaged snapshot %s: %w", id, err)
+		}
 	}
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/atomicfile"
+	"github.com/holdfast/holdfast/test/faultfs"
 )
 
 // snapshotted runs a single node that, once it has taken the snapshot of
@@ -153,5 +155,112 @@ func TestUnfinishedSnapshotsAreRemovedAtStart(t *testing.T) {
 	metas, err := n.snaps.List()
 	if err != nil || len(metas) == 0 {
 		t.Errorf("finished snapshots after the start: %v, %v", metas, err)
+	}
+}
+
+// halfSnapshots are the shapes a snapshot directory can have after a
+// power loss took part of it (a store that never synced the directory):
+// nothing in it, or one of its two files missing or empty.
+var halfSnapshots = []struct {
+	name string
+	cut  func(t *testing.T, snap string)
+}{
+	{"empty directory", func(t *testing.T, snap string) {
+		removeFile(t, filepath.Join(snap, "meta.json"))
+		removeFile(t, filepath.Join(snap, "state.bin"))
+	}},
+	{"meta only", func(t *testing.T, snap string) { removeFile(t, filepath.Join(snap, "state.bin")) }},
+	{"state only", func(t *testing.T, snap string) { removeFile(t, filepath.Join(snap, "meta.json")) }},
+	{"empty meta", func(t *testing.T, snap string) { emptyFile(t, filepath.Join(snap, "meta.json")) }},
+	{"empty state", func(t *testing.T, snap string) { emptyFile(t, filepath.Join(snap, "state.bin")) }},
+}
+
+func removeFile(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func emptyFile(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHalfSnapshotFallsBack: a newest snapshot that is partly there, even
+// one Raft's store does not list (no readable meta.json), is set aside,
+// and the node starts from the older snapshot and its log with every write
+// it had, never from the half one.
+func TestHalfSnapshotFallsBack(t *testing.T) {
+	for _, tc := range halfSnapshots {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, snaps := snapshotted(t, 10240, 0)
+			tc.cut(t, snaps[0])
+			n := open(t, cfg)
+			waitReadyLeader(t, n)
+			if _, err := os.Stat(filepath.Join(cfg.DataDir, damagedSnapshotsDir, filepath.Base(snaps[0]))); err != nil {
+				t.Errorf("the half snapshot was not set aside: %v", err)
+			}
+			if _, err := os.Stat(snaps[0]); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the half snapshot is still among the snapshots: %v", err)
+			}
+			r, err := acquire(context.Background(), n, "e", "owner-e")
+			if err != nil || r.Outcome != fsm.LeaseGranted || r.FencingToken != 21 {
+				// Fence 21: the entries after the older snapshot were replayed.
+				t.Fatalf("acquire after the fallback: %+v %v, want fence 21", r, err)
+			}
+		})
+	}
+}
+
+// TestHalfSnapshotWithoutLogRefuses: when the log was compacted past the
+// older snapshots, a half newest snapshot leaves entries nobody on this
+// node holds: the node refuses to start, naming it, and moves nothing.
+func TestHalfSnapshotWithoutLogRefuses(t *testing.T) {
+	for _, tc := range halfSnapshots {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, snaps := snapshotted(t, 1, 256)
+			tc.cut(t, snaps[0])
+			n, err := Open(cfg)
+			if err == nil {
+				_ = n.Kill()
+				t.Fatal("the node started with missing state")
+			}
+			if !errors.Is(err, ErrCorruptSnapshot) || !strings.Contains(err.Error(), filepath.Base(snaps[0])) {
+				t.Fatalf("start: %v; want a refusal naming %s", err, filepath.Base(snaps[0]))
+			}
+			if _, err := os.Stat(snaps[0]); err != nil {
+				t.Fatalf("the half snapshot was moved: %v", err)
+			}
+		})
+	}
+}
+
+// TestSetAsideSurvivesAPowerLoss: a snapshot set aside is, after a power
+// loss (test/faultfs keeps only what was synced), under damaged-snapshots/
+// with its bytes, and no longer among the snapshots.
+func TestSetAsideSurvivesAPowerLoss(t *testing.T) {
+	f, mnt := faultfs.TempMount(t)
+	const id = "2-40-1796000000000"
+	snap := filepath.Join(mnt, StorageSnapshots, id)
+	if err := atomicfile.MkdirAll(snap, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := atomicfile.Write(filepath.Join(snap, "state.bin"), []byte("damaged")); err != nil {
+		t.Fatal(err)
+	}
+	if err := setAsideSnapshot(mnt, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.PowerLoss(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, damagedSnapshotsDir, id, "state.bin")); err != nil || string(b) != "damaged" {
+		t.Errorf("the snapshot set aside, after a power loss: %q, %v", b, err)
+	}
+	if _, err := os.Stat(snap); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the snapshot set aside is among the snapshots again after a power loss: %v", err)
 	}
 }
