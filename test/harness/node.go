@@ -22,8 +22,12 @@ type Node struct {
 
 	// Index is the node's position in its cluster.
 	Index int
-	// ID is passed as --node-id on every start.
+	// ID is passed as --node-id on every start, unless KeptID is set.
 	ID string
+	// KeptID leaves --node-id out of every start: the node takes the id
+	// kept in its data directory, or makes one and keeps it. ID then only
+	// names the slot in the harness's messages.
+	KeptID bool
 	// HTTPAddr and RaftAddr are where the node listens (--http-addr,
 	// --raft-addr). Tests talk to HTTPAddr.
 	HTTPAddr string
@@ -122,13 +126,16 @@ func (n *Node) CommandLine() []string {
 
 func (n *Node) args(extra []string) []string {
 	o := n.c.opts
-	a := []string{"serve",
-		"--node-id", n.ID,
+	a := []string{"serve"}
+	if !n.KeptID {
+		a = append(a, "--node-id", n.ID)
+	}
+	a = append(a,
 		"--data-dir", n.DataDir,
 		"--http-addr", n.HTTPAddr,
 		"--raft-addr", n.RaftAddr,
 		"--log-level", o.LogLevel,
-	}
+	)
 	if !o.NoRaftTiming {
 		a = append(a, "--raft-heartbeat-timeout", o.HeartbeatTimeout.String(), "--raft-election-timeout", o.ElectionTimeout.String())
 	}
