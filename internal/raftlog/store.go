@@ -413,7 +413,9 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if _, err := g.f.WriteAt(buf, g.size); err != nil {
 		return s.undoWrite(g, len(buf), err)
 	}
-	if err := g.f.Datasync(); err != nil {
+	if plantedAckBeforeSync {
+		syncLater(g.f)
+	} else if err := g.f.Datasync(); err != nil {
 		return s.health.poison(fmt.Errorf("raftlog: sync %s: %w", g.path, classify(err)))
 	}
 	s.mu.Lock()
@@ -510,8 +512,10 @@ func (s *Store) newSegment(base uint64) (*segment, error) {
 		}
 		_ = f.Close()
 	}
-	if err := s.fs.SyncDir(s.dir); err != nil {
-		return nil, s.health.poison(fmt.Errorf("raftlog: sync dir %s: %w", s.dir, classify(err)))
+	if !plantedUnsyncedRename {
+		if err := s.fs.SyncDir(s.dir); err != nil {
+			return nil, s.health.poison(fmt.Errorf("raftlog: sync dir %s: %w", s.dir, classify(err)))
+		}
 	}
 	f, err := s.fs.OpenFile(path, os.O_RDWR)
 	if err != nil {
