@@ -20,8 +20,12 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	// HOLDFAST_TEST_RACE_BINARY=1 builds the service itself with -race.
-	e, cleanup, err := harness.Setup(harness.BuildOptions{Race: os.Getenv("HOLDFAST_TEST_RACE_BINARY") == "1"})
+	// HOLDFAST_TEST_RACE_BINARY=1 builds the service itself with -race;
+	// `go test -tags holdfast_bug_...` builds it with that planted bug.
+	e, cleanup, err := harness.Setup(harness.BuildOptions{
+		Race: os.Getenv("HOLDFAST_TEST_RACE_BINARY") == "1",
+		Tags: harness.PlantedBugTags(),
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "building holdfast:", err)
 		return 1

@@ -3,12 +3,14 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holdfast/holdfast/test/faultfs"
 	"github.com/holdfast/holdfast/test/harness"
@@ -20,7 +22,9 @@ import (
 // fsync/fdatasync, directory entries as of the directory's last fsync).
 // The node is restarted with the same command line, which has no
 // --node-id, so it must find its own id again, and every write it
-// acknowledged.
+// acknowledged. Its last write is sent while the mount holds the
+// fdatasyncs of its log: a node that acknowledges nothing before its
+// append is durable cannot answer it before it is killed.
 
 // powerLossSegment is the segment size of the tests that need several
 // segments: about five of the job writer's entries fill one.
@@ -29,10 +33,11 @@ const powerLossSegment = 64 << 10
 // powerLossNode is a single node on a faultfs mount, and what it
 // acknowledged.
 type powerLossNode struct {
-	t  *testing.T
-	c  *harness.Cluster
-	n  *harness.Node
-	fs *faultfs.FS
+	t   *testing.T
+	c   *harness.Cluster
+	n   *harness.Node
+	fs  *faultfs.FS
+	mnt string
 
 	id     string // the id the node made for itself at its first start
 	ns     string
@@ -47,11 +52,11 @@ type powerLossNode struct {
 func startOnFaultFS(t *testing.T, args ...string) *powerLossNode {
 	t.Helper()
 	f, mnt := faultfs.TempMount(t) // unmounted after the cluster's cleanup has killed the node
-	c := env.NewCluster(t, 1, harness.Options{Args: args})
+	c := env.NewCluster(t, 1, harness.Options{Args: args, WaitTimeout: 15 * time.Second})
 	n := c.Node(0)
 	n.KeptID = true
 	n.DataDir = filepath.Join(mnt, "srv", "holdfast")
-	p := &powerLossNode{t: t, c: c, n: n, fs: f, grants: map[string]storageGrant{}, jobs: newJobWriter(t)}
+	p := &powerLossNode{t: t, c: c, n: n, fs: f, mnt: mnt, grants: map[string]storageGrant{}, jobs: newJobWriter(t)}
 	c.Start(n)
 	c.WaitAllReady(n)
 	st, err := n.Status()
@@ -112,10 +117,33 @@ func (p *powerLossNode) snapshotIndex() (uint64, error) {
 	return index, nil
 }
 
-// crash kills the node and, with powerLoss, cuts the power.
+// crash sends a last acquire while the mount holds every fdatasync of
+// the node's log, kills the node and, with powerLoss, cuts the power. The
+// acquire cannot be acknowledged before the node is killed unless the
+// node acknowledges appends that are not durable; if it is, it counts.
 func (p *powerLossNode) crash(powerLoss bool) {
 	p.t.Helper()
+	rel, err := filepath.Rel(p.mnt, filepath.Join(p.n.DataDir, harness.RaftLogDir))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if _, err := p.fs.Add(faultfs.Rule{Op: faultfs.OpFsync, Path: rel + "/*", Stall: faultfs.UntilCleared}); err != nil {
+		p.t.Fatal(err)
+	}
+	// The node is killed right after: an answer it has not sent within
+	// half a second never comes.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	r, err := p.n.Do(ctx, harness.Request{Method: http.MethodPost, Path: "/services/v1/lease",
+		JSON: map[string]any{"namespace": p.ns, "key": "while-the-log-sync-is-held", "ttl_seconds": storageLeaseTTL}})
+	var a leaseAnswer
+	if err == nil && r.Status == http.StatusCreated && r.Decode(&a) == nil && a.Status == "held" {
+		p.t.Logf("acquire answered while the log's fdatasync was held: fence %d", a.FencingToken)
+		p.grants["while-the-log-sync-is-held"] = storageGrant{owner: a.OwnerToken, fence: a.FencingToken}
+		p.top = max(p.top, a.FencingToken)
+	}
 	p.c.Kill(p.n)
+	p.fs.ClearAll()
 	if !powerLoss {
 		return
 	}
@@ -168,7 +196,9 @@ func (p *powerLossNode) restartAndCheck() {
 // The node must start again without --node-id, as the same node, with
 // every acknowledged lease and job, and grant fences above all of them. A
 // kill without a power loss is the control: the page cache keeps what was
-// written but not synced.
+// written but not synced, so a node that acknowledges its last write
+// before the log's fdatasync (the planted bug ack_before_sync) loses
+// nothing there.
 func TestPowerLossKeepsAcknowledgedWrites(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 )
@@ -31,6 +32,29 @@ type BuildOptions struct {
 	// Root is the module root to build in (default: the module of the
 	// current directory), e.g. an older commit's source tree.
 	Root string
+}
+
+// PlantedBugTags returns the planted-bug build tags (holdfast_bug_...)
+// the running test binary was built with, for a test package whose nodes
+// are to run the same planted bug: `go test -tags holdfast_bug_x` then
+// shows the package's tests catching it.
+func PlantedBugTags() []string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return nil
+	}
+	var tags []string
+	for _, s := range info.Settings {
+		if s.Key != "-tags" {
+			continue
+		}
+		for _, tag := range strings.Split(s.Value, ",") {
+			if strings.HasPrefix(tag, "holdfast_bug_") {
+				tags = append(tags, tag)
+			}
+		}
+	}
+	return tags
 }
 
 // DefaultBinaryName is deliberately not "holdfast": people and scripts on a
