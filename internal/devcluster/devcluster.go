@@ -339,7 +339,7 @@ func (c *cluster) prepare() ([]member, error) {
 		return nil, usageErrorf("%s holds a %d-node dev cluster: start it with --nodes %d, or add --clean to start over (deleting its data)",
 			c.dir, len(recorded.Nodes), len(recorded.Nodes))
 	}
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+	if err := atomicfile.MkdirAll(c.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", c.dir, err)
 	}
 	members, moved, err := allocate(c.cfg.Nodes, recorded)
@@ -622,7 +622,7 @@ func (c *cluster) recordPids() error {
 // startNode starts n's process; it must run on the spawning goroutine.
 func (c *cluster) startNode(n *node) error {
 	args := n.args
-	if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
+	if err := atomicfile.MkdirAll(n.dataDir, 0o700); err != nil {
 		return fmt.Errorf("create the data directory of %s: %w", n.ID, err)
 	}
 	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
