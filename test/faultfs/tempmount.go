@@ -16,11 +16,8 @@ import (
 // test where there can be no mount (not root, or no /dev/fuse).
 func TempMount(t testing.TB) (*FS, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a FUSE file system with mount(2) needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
+	if err := Usable(); err != nil {
+		t.Skip(err)
 	}
 	base := t.TempDir()
 	backing, mnt := filepath.Join(base, "backing"), filepath.Join(base, "mnt")
