@@ -66,6 +66,14 @@ type Config struct {
 	// written tries again (default 10 s), so the fault ends once there is
 	// room, not only after SnapshotThreshold more entries.
 	SnapshotRetry time.Duration
+	// LogStallAfter bounds how long an append or a deletion of the Raft
+	// log (its write and fdatasync) may go unanswered before the node
+	// reports its log stalled: it then sends no Raft messages, so that
+	// the others elect a leader if it led, stays out of elections and
+	// refuses writes until the write returns. The default is 2 s or twice
+	// HeartbeatTimeout, whichever is longer: a shorter hiccup is not worth
+	// an election, which itself costs one to two heartbeat timeouts.
+	LogStallAfter time.Duration
 	// LogSegmentSize is the size of the Raft log's segment files (default
 	// raftlog.DefaultSegmentSize, 16 MiB). Tests of a full disk make it
 	// small, so a few hundred entries need a new segment.
@@ -134,6 +142,9 @@ func (c *Config) setDefaults() {
 		if *x.v <= 0 {
 			*x.v = x.d
 		}
+	}
+	if c.LogStallAfter <= 0 {
+		c.LogStallAfter = max(2*time.Second, 2*c.HeartbeatTimeout)
 	}
 	if c.LeaderLeaseTimeout <= 0 {
 		c.LeaderLeaseTimeout = min(500*time.Millisecond, c.HeartbeatTimeout)

@@ -168,6 +168,11 @@ func (n *Node) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if n.logStall() != nil {
+			// Its proposals are refused until the stalled write returns,
+			// which ends this term if another node leads by then.
+			continue
+		}
 		// A sweep that reports more due work is followed at once by another,
 		// up to a bound per tick so one tick cannot monopolise the log.
 		for i := 0; i < 16; i++ {

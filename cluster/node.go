@@ -132,7 +132,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	logs := &levelLog{LogStore: &typedLog{LogStore: cache, below: n.watched}, marks: &n.marks}
 	stable := &stableGuard{StableStore: n.store, self: []byte(n.transport.LocalAddr()), health: n.storage, refuse: n.refuseElections}
-	trans := &voteGate{gatedTransport: n.transport, refuse: n.refuseElections}
+	trans := &raftGate{gatedTransport: n.transport, refuse: n.refuseElections, hold: n.logStall}
 	r, err := raft.NewRaft(n.raftConfig(), n.fsm, logs, stable, n.snaps, trans)
 	if err != nil {
 		n.closeStores()
@@ -310,6 +310,7 @@ func (n *Node) openLog() error {
 		Warn:        n.log.Named("raftlog").Warn,
 		Manifest:    boltManifest{n.store},
 		Health:      func(err error) { n.storage.report(StorageLog, err) },
+		StallAfter:  n.cfg.LogStallAfter,
 	})
 	if err == nil {
 		if err = checkTermCoversLog(n.store, wal); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/raftlog"
 )
 
 // Errors a proposal or read can end with. ErrNotLeader and ErrNotReady mean
@@ -29,9 +30,10 @@ var (
 //
 // Errors: ErrNotLeader or ErrBusy when nothing was written and the request
 // may be retried; a StorageError when the leader could not append the entry
-// for want of space (nothing was written); ErrOutcomeUnknown (wrapping the cause) when leadership was
-// lost, the deadline passed or the node shut down after the entry may have
-// reached the log.
+// for want of space, or its log is stalled (nothing was written);
+// ErrOutcomeUnknown (wrapping the cause) when leadership was lost, the
+// deadline passed, the node shut down or its log stalled after the entry may
+// have reached the log.
 func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (interface{}, error) {
 	p := n.newProposal()
 	p.one[0] = cmd
@@ -102,6 +104,13 @@ func (n *Node) propose(ctx context.Context, p *proposal) ([]interface{}, error) 
 		n.counters.proposal("not_leader")
 		return nil, ErrClockSkew
 	}
+	if err := n.logStall(); err != nil {
+		// The entry would wait behind the append that hangs; nothing is
+		// written, and another node leads shortly.
+		n.counters.proposal("storage")
+		return nil, err
+	}
+	stall := n.storage.stallBegins()
 	if err := n.checkLevel(cmds); err != nil {
 		n.counters.proposal("not_leader")
 		return nil, err
@@ -158,14 +167,28 @@ func (n *Node) propose(ctx context.Context, p *proposal) ([]interface{}, error) 
 		return nil, n.giveUp(p, ErrBusy, context.DeadlineExceeded)
 	case <-n.shutdownCh:
 		return nil, n.giveUp(p, ErrNotLeader, errShutdown)
+	case <-stall:
+		// Queued behind the append that hangs, or in it: the caller hears
+		// now, not at its deadline, and can go to the next leader.
+		fault := n.logStall()
+		if fault == nil {
+			fault = &StorageError{NodeID: n.cfg.NodeID, Kind: StorageLog, Err: raftlog.ErrStalled}
+		}
+		return nil, n.giveUp(p, fault, fault)
 	}
 }
 
 // giveUp withdraws a proposal whose waiter stops waiting. Still queued, it
-// will never be proposed and notApplied is returned; already taken by a
-// flusher, its outcome is unknown.
+// will never be proposed and notApplied is returned (counted as a storage
+// refusal when it is a StorageError); already taken by a flusher, its
+// outcome is unknown.
 func (n *Node) giveUp(p *proposal, notApplied, cause error) error {
 	if p.state.CompareAndSwap(proposalQueued, proposalWithdrawn) {
+		var se *StorageError
+		if errors.As(notApplied, &se) {
+			n.counters.proposal("storage")
+			return fmt.Errorf("%w: withdrawn before it was proposed", notApplied)
+		}
 		n.counters.proposal("busy")
 		return fmt.Errorf("%w: withdrawn before it was proposed: %w", notApplied, cause)
 	}

@@ -24,6 +24,13 @@ func (n *Node) ReadLinearizable(ctx context.Context, read func()) error {
 	if !n.lead.isReady() {
 		return ErrNotReady
 	}
+	if err := n.logStall(); err != nil {
+		// Raft confirms leadership on the loop that waits for the stalled
+		// append, and queues only so many confirmations. Refused as by a
+		// node that does not lead (it will not for long), not as a write
+		// refused for want of storage: the cause is only text here.
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
 	read()
 	if err := await(ctx, n.raft.VerifyLeader()); err != nil {
 		return fmt.Errorf("%w: leadership not confirmed: %w", ErrNotLeader, err)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -65,10 +66,17 @@ func (e *StorageError) Is(target error) bool { return target == ErrStorage }
 // system's error ("no space left on device") when there is one.
 func (e *StorageError) Reason() string { return faultReason(e.Err) }
 
+// Stalled reports whether the node's log is stalled (a write has not
+// returned within the bound) rather than failing: the disk needs
+// checking, not space.
+func (e *StorageError) Stalled() bool { return errors.Is(e.Err, raftlog.ErrStalled) }
+
 // faultReason names err's cause without paths.
 func faultReason(err error) string {
 	var errno syscall.Errno
 	switch {
+	case errors.Is(err, raftlog.ErrStalled):
+		return "its disk does not answer: a write has not returned"
 	case errors.As(err, &errno):
 		return errno.Error()
 	case errors.Is(err, raftlog.ErrNoSpace):
@@ -99,9 +107,12 @@ type StorageStatus struct {
 // storageHealth tracks the node's storage faults. A fault episode of one
 // kind of file starts at its first failed write and ends at the first
 // write that works again: one log line each, however many writes fail in
-// between. While the log or raft.db fails, the node stays out of elections
-// (see voteGate and stableGuard), and the Raft library's lines about each
-// failed attempt are held back (see quietLogger).
+// between. A write of the log that does not return within the stall bound
+// is a fault of the log too (a stall), which ends when the write returns.
+// While the log or raft.db fails, the node stays out of elections (see
+// raftGate and stableGuard), and the Raft library's lines about each failed
+// attempt are held back (see quietLogger); while the log is stalled, it
+// sends no Raft messages at all (see raftGate).
 type storageHealth struct {
 	dataDir string
 	log     hclog.Logger
@@ -110,6 +121,13 @@ type storageHealth struct {
 	// blocked is set while the log or raft.db fails: read on Raft's vote
 	// and election paths without the lock.
 	blocked atomic.Bool
+	// stalled is set while the log's fault is a stall (it wraps
+	// raftlog.ErrStalled): read on every Raft message this node sends.
+	stalled atomic.Bool
+	// stalling is closed when a stall begins, and replaced by an open
+	// channel when it ends: proposals waiting on the leader stop waiting
+	// at once.
+	stalling atomic.Pointer[chan struct{}]
 
 	mu       sync.Mutex
 	faults   map[string]*fault // by kind, while failing
@@ -129,7 +147,7 @@ type fault struct {
 }
 
 func newStorageHealth(dataDir string, log hclog.Logger, now func() time.Time) *storageHealth {
-	return &storageHealth{
+	h := &storageHealth{
 		dataDir:  dataDir,
 		log:      log,
 		now:      now,
@@ -137,6 +155,9 @@ func newStorageHealth(dataDir string, log hclog.Logger, now func() time.Time) *s
 		episodes: map[string]uint64{},
 		fatal:    make(chan struct{}),
 	}
+	stalling := make(chan struct{})
+	h.stalling.Store(&stalling)
+	return h
 }
 
 // report records the outcome of a write of kind: a non-nil err starts an
@@ -162,9 +183,17 @@ func (h *storageHealth) report(kind string, err error) {
 		h.log.Info("storage fault over: writes work again", "data_dir", h.dataDir, "kind", kind,
 			"duration", h.now().Sub(f.since).Round(time.Millisecond).String(), "raft_lines_held_back", f.held)
 	}
-	_, logFails := h.faults[StorageLog]
+	logFault, logFails := h.faults[StorageLog]
 	_, stableFails := h.faults[StorageStable]
 	h.blocked.Store(logFails || stableFails)
+	stalled := logFails && errors.Is(logFault.err, raftlog.ErrStalled)
+	switch was := h.stalled.Swap(stalled); {
+	case stalled && !was:
+		close(*h.stalling.Load())
+	case !stalled && was:
+		stalling := make(chan struct{})
+		h.stalling.Store(&stalling)
+	}
 }
 
 // halt stops the node for good: Fatal is closed with err. The storage
@@ -221,6 +250,25 @@ func (h *storageHealth) writeFault(nodeID string) *StorageError {
 	return nil
 }
 
+// stallFault returns the stall of this node's log as the error the node's
+// Raft messages and proposals are refused with, or nil while it is not
+// stalled. It is cheap while there is none.
+func (h *storageHealth) stallFault(nodeID string) error {
+	if !h.stalled.Load() {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f, ok := h.faults[StorageLog]; ok && errors.Is(f.err, raftlog.ErrStalled) {
+		return &StorageError{NodeID: nodeID, Kind: StorageLog, Err: f.err}
+	}
+	return nil
+}
+
+// stallBegins returns a channel closed when the log stalls (closed already
+// if it is stalled).
+func (h *storageHealth) stallBegins() <-chan struct{} { return *h.stalling.Load() }
+
 // status returns the current condition.
 func (h *storageHealth) status() StorageStatus {
 	h.mu.Lock()
@@ -253,7 +301,7 @@ var (
 		"failed to commit logs",    // the leader's append failed; it steps down
 		"failed to append to logs", // a follower's append failed
 		"failed to persist vote",
-		"failed to make requestVote RPC", // voteGate refused to ask
+		"failed to make requestVote RPC", // raftGate refused to ask
 		"entering candidate state",
 		"entering follower state",
 		"heartbeat timeout reached, starting election",
@@ -297,6 +345,27 @@ func (h *storageHealth) holdBack(msg string) bool {
 	return false
 }
 
+// heldByStall reports whether a library line's arguments carry an error of
+// a message raftGate held back because the log is stalled (a heartbeat,
+// an append to a follower, ...): a repeat of the stall, counted in its
+// episode. It is cheap while the log is not stalled.
+func (h *storageHealth) heldByStall(args []interface{}) bool {
+	if !h.stalled.Load() {
+		return false
+	}
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, errLogStalled) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if f, ok := h.faults[StorageLog]; ok {
+				f.held++
+			}
+			return true
+		}
+	}
+	return false
+}
+
 // quietLogger is the Raft library's logger: it holds back the lines that
 // repeat an ongoing storage fault (the fault's own start and end lines say
 // it once per episode) and, with peers set, sums up failed calls to a peer
@@ -308,7 +377,7 @@ type quietLogger struct {
 }
 
 func (l quietLogger) Log(level hclog.Level, msg string, args ...interface{}) {
-	if l.h.holdBack(msg) || (l.peers != nil && l.peers.holdBack(msg, args)) {
+	if l.h.holdBack(msg) || l.h.heldByStall(args) || (l.peers != nil && l.peers.holdBack(msg, args)) {
 		return
 	}
 	l.Logger.Log(level, msg, args...)
@@ -335,10 +404,14 @@ func (l quietLogger) ResetNamed(name string) hclog.Logger {
 	return quietLogger{l.Logger.ResetNamed(name), l.h, l.peers}
 }
 
-// errStayOut is why voteGate sends no vote request.
+// errStayOut is why raftGate sends no vote request.
 var errStayOut = errors.New("this node cannot write its storage: it stays out of elections")
 
-// gatedTransport is what voteGate wraps: both Raft transports holdfast
+// errLogStalled is why raftGate sends no Raft message while this node's
+// log is stalled.
+var errLogStalled = errors.New("this node's Raft log is stalled: it sends no Raft messages until the write returns")
+
+// gatedTransport is what raftGate wraps: both Raft transports holdfast
 // uses (the network one, and the in-memory one of tests) are such.
 type gatedTransport interface {
 	raft.Transport
@@ -346,24 +419,32 @@ type gatedTransport interface {
 	raft.WithPreVote
 }
 
-// voteGate is the Raft transport of a node: while refuse returns an error
+// raftGate is the Raft transport of a node. While refuse returns an error
 // it sends no RequestVote or RequestPreVote and answers them locally with
 // that error, so a node that cannot write its log never wins an election
 // (and, asking for no pre-votes, never raises the others' term either).
-// Everything else passes through.
-type voteGate struct {
+// While hold returns an error (the log is stalled) it sends nothing at all:
+// AppendEntries (heartbeats included), the appends of a pipeline,
+// InstallSnapshot and TimeoutNow fail locally too. The Raft library's
+// leader waits for its own append before anything else, while its
+// heartbeats go on beside it; with them held, the followers stop hearing
+// from a leader that cannot make its log durable and elect another. What
+// this node receives is not gated: a new leader's heartbeat makes it a
+// follower even while its append hangs.
+type raftGate struct {
 	gatedTransport
 	refuse func() error
+	hold   func() error
 }
 
 var (
-	_ raft.WithClose   = (*voteGate)(nil)
-	_ raft.WithPreVote = (*voteGate)(nil)
-	_ raft.WithPeers   = (*voteGate)(nil)
+	_ raft.WithClose   = (*raftGate)(nil)
+	_ raft.WithPreVote = (*raftGate)(nil)
+	_ raft.WithPeers   = (*raftGate)(nil)
 )
 
 // RequestVote sends the vote request unless this node must stay out.
-func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+func (g *raftGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
 	if err := g.refuse(); err != nil {
 		return fmt.Errorf("%w: %w", errStayOut, err)
 	}
@@ -371,33 +452,95 @@ func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args
 }
 
 // RequestPreVote sends the pre-vote request unless this node must stay out.
-func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+func (g *raftGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	if err := g.refuse(); err != nil {
 		return fmt.Errorf("%w: %w", errStayOut, err)
 	}
 	return g.gatedTransport.RequestPreVote(id, target, args, resp)
 }
 
+// held returns the error a message is refused with while the log is
+// stalled, or nil.
+func (g *raftGate) held() error {
+	if err := g.hold(); err != nil {
+		return fmt.Errorf("%w: %w", errLogStalled, err)
+	}
+	return nil
+}
+
+// AppendEntries sends entries or a heartbeat unless the log is stalled.
+func (g *raftGate) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if err := g.held(); err != nil {
+		return err
+	}
+	return g.gatedTransport.AppendEntries(id, target, args, resp)
+}
+
+// AppendEntriesPipeline opens a pipeline whose appends are held like
+// AppendEntries; none is opened while the log is stalled.
+func (g *raftGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	if err := g.held(); err != nil {
+		return nil, err
+	}
+	p, err := g.gatedTransport.AppendEntriesPipeline(id, target)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedPipeline{AppendPipeline: p, gate: g}, nil
+}
+
+// InstallSnapshot sends a snapshot unless the log is stalled.
+func (g *raftGate) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if err := g.held(); err != nil {
+		return err
+	}
+	return g.gatedTransport.InstallSnapshot(id, target, args, resp, data)
+}
+
+// TimeoutNow hands leadership over unless the log is stalled.
+func (g *raftGate) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	if err := g.held(); err != nil {
+		return err
+	}
+	return g.gatedTransport.TimeoutNow(id, target, args, resp)
+}
+
 // Connect passes on to a transport with peers to connect (the in-memory
 // one); the network transport dials by itself and has none.
-func (g *voteGate) Connect(peer raft.ServerAddress, t raft.Transport) {
+func (g *raftGate) Connect(peer raft.ServerAddress, t raft.Transport) {
 	if p, ok := g.gatedTransport.(raft.WithPeers); ok {
 		p.Connect(peer, t)
 	}
 }
 
 // Disconnect passes on like Connect.
-func (g *voteGate) Disconnect(peer raft.ServerAddress) {
+func (g *raftGate) Disconnect(peer raft.ServerAddress) {
 	if p, ok := g.gatedTransport.(raft.WithPeers); ok {
 		p.Disconnect(peer)
 	}
 }
 
 // DisconnectAll passes on like Connect.
-func (g *voteGate) DisconnectAll() {
+func (g *raftGate) DisconnectAll() {
 	if p, ok := g.gatedTransport.(raft.WithPeers); ok {
 		p.DisconnectAll()
 	}
+}
+
+// gatedPipeline is a pipeline opened through raftGate: an append sent
+// while the log is stalled fails, which makes Raft close the pipeline and
+// fall back to single appends, held by the gate as well.
+type gatedPipeline struct {
+	raft.AppendPipeline
+	gate *raftGate
+}
+
+// AppendEntries sends an append on the pipeline unless the log is stalled.
+func (p *gatedPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	if err := p.gate.held(); err != nil {
+		return nil, err
+	}
+	return p.AppendPipeline.AppendEntries(args, resp)
 }
 
 // keyLastVoteCand is the stable-store key under which Raft records the
@@ -732,6 +875,11 @@ func (n *Node) FatalErr() error {
 		return nil
 	}
 }
+
+// logStall returns the stall of this node's log as a StorageError, or nil
+// while its log is not stalled: raftGate sends no Raft message, and the
+// node proposes nothing and confirms no read, while it is set.
+func (n *Node) logStall() error { return n.storage.stallFault(n.cfg.NodeID) }
 
 // refuseElections returns why this node must stay out of elections now
 // (its log or raft.db cannot be written), or nil. A log that failed for

@@ -175,12 +175,13 @@ func TestQuietLoggerHoldsBackRepeats(t *testing.T) {
 	}
 }
 
-// gatePair connects two in-memory transports, a's wrapped in a voteGate.
-func gatePair(t *testing.T, refuse func() error) (*voteGate, *raft.InmemTransport) {
+// gatePair connects two in-memory transports, a's wrapped in a raftGate
+// that refuses votes with refuse and holds everything with hold.
+func gatePair(t *testing.T, refuse, hold func() error) (*raftGate, *raft.InmemTransport) {
 	t.Helper()
 	_, a := raft.NewInmemTransport("a")
 	_, b := raft.NewInmemTransport("b")
-	g := &voteGate{gatedTransport: a, refuse: refuse}
+	g := &raftGate{gatedTransport: a, refuse: refuse, hold: hold}
 	g.Connect("b", b)
 	b.Connect("a", a)
 	t.Cleanup(func() {
@@ -210,7 +211,7 @@ func answer(b *raft.InmemTransport, resp interface{}) <-chan bool {
 // other RPCs; the wrapped transport's close, peers and pre-vote stay.
 func TestVoteGate(t *testing.T) {
 	var fault error = &StorageError{NodeID: "a", Kind: StorageLog, Err: syscall.ENOSPC}
-	g, b := gatePair(t, func() error { return fault })
+	g, b := gatePair(t, func() error { return fault }, func() error { return nil })
 	var tr raft.Transport = g
 	if _, ok := tr.(raft.WithPreVote); !ok {
 		t.Fatal("the gate hides pre-vote support")
@@ -697,4 +698,220 @@ func TestSnapshotSurvivesAPowerLoss(t *testing.T) {
 		t.Fatalf("close of a snapshot whose directory cannot be synced: %v, want EIO", err)
 	}
 	check("after a failed close", kept, want)
+}
+
+// stalled is the condition the log store reports while an append hangs.
+func stalled(dir string) error {
+	return fmt.Errorf("%w: an append or deletion in %s has not returned after 2s", raftlog.ErrStalled, dir)
+}
+
+// TestGateHoldsEverythingWhileStalled: while the log is stalled the gate
+// sends nothing (heartbeats and appends, appends of a pipeline opened
+// before, new pipelines, snapshots, TimeoutNow, votes), each failing locally
+// with an error naming the stall; the library's lines about those failures
+// are held back as repeats of the stall. A fault that is not a stall holds
+// only votes, and once the stalled write returns everything passes again,
+// on the old pipeline too.
+func TestGateHoldsEverythingWhileStalled(t *testing.T) {
+	h, buf, _ := testHealth(t)
+	g, b := gatePair(t, func() error {
+		if f := h.writeFault("a"); f != nil {
+			return f
+		}
+		return nil
+	}, func() error { return h.stallFault("a") })
+	pipe, err := g.AppendEntriesPipeline("b", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipe.Close()
+	type send struct {
+		name string
+		call func() error
+	}
+	sends := []send{
+		{"AppendEntries", func() error {
+			return g.AppendEntries("b", "b", &raft.AppendEntriesRequest{Term: 2}, &raft.AppendEntriesResponse{})
+		}},
+		{"pipeline AppendEntries", func() error {
+			f, err := pipe.AppendEntries(&raft.AppendEntriesRequest{Term: 2}, &raft.AppendEntriesResponse{})
+			if err != nil {
+				return err
+			}
+			select {
+			case <-pipe.Consumer():
+				return f.Error()
+			case <-time.After(time.Second):
+				return errors.New("no answer on the pipeline")
+			}
+		}},
+		{"new pipeline", func() error {
+			p, err := g.AppendEntriesPipeline("b", "b")
+			if err == nil {
+				err = p.Close()
+			}
+			return err
+		}},
+		{"InstallSnapshot", func() error {
+			return g.InstallSnapshot("b", "b", &raft.InstallSnapshotRequest{Term: 2}, &raft.InstallSnapshotResponse{}, strings.NewReader(""))
+		}},
+		{"TimeoutNow", func() error {
+			return g.TimeoutNow("b", "b", &raft.TimeoutNowRequest{}, &raft.TimeoutNowResponse{})
+		}},
+	}
+	// expect runs every send, answered by b when it reaches it, and
+	// checks which ones were held.
+	expect := func(phase string, held bool) {
+		t.Helper()
+		for _, s := range sends {
+			got := make(chan bool, 1)
+			go func() {
+				select {
+				case rpc := <-b.Consumer():
+					var resp interface{}
+					switch rpc.Command.(type) {
+					case *raft.AppendEntriesRequest:
+						resp = &raft.AppendEntriesResponse{Success: true}
+					case *raft.InstallSnapshotRequest:
+						resp = &raft.InstallSnapshotResponse{Success: true}
+					case *raft.TimeoutNowRequest:
+						resp = &raft.TimeoutNowResponse{}
+					}
+					rpc.Respond(resp, nil)
+					got <- true
+				case <-time.After(300 * time.Millisecond):
+					got <- false
+				}
+			}()
+			err := s.call()
+			reached := <-got
+			if s.name == "new pipeline" {
+				reached = err == nil // opening one sends nothing
+			}
+			switch {
+			case held && (reached || !errors.Is(err, errLogStalled) || !errors.Is(err, ErrStorage)):
+				t.Errorf("%s: %s while stalled: reached the peer %v, error %v", phase, s.name, reached, err)
+			case !held && (!reached || err != nil):
+				t.Errorf("%s: %s: reached the peer %v, error %v", phase, s.name, reached, err)
+			}
+		}
+	}
+
+	expect("healthy", false)
+	h.report(StorageLog, noSpace("/data/n1/raft-log/next-segment.tmp"))
+	expect("no space", false)
+	if h.stallFault("a") != nil {
+		t.Fatal("a full disk counts as a stall")
+	}
+	h.report(StorageLog, nil)
+
+	h.report(StorageLog, stalled("/data/n1/raft-log"))
+	expect("stalled", true)
+	err = g.RequestVote("b", "b", &raft.RequestVoteRequest{Term: 3}, &raft.RequestVoteResponse{})
+	if !errors.Is(err, errStayOut) {
+		t.Errorf("RequestVote while stalled: %v", err)
+	}
+	var se *StorageError
+	if f := h.stallFault("a"); !errors.As(f, &se) || !se.Stalled() || se.Kind != StorageLog || !strings.Contains(se.Reason(), "does not answer") {
+		t.Errorf("stall fault %#v", f)
+	}
+	// Raft's lines about the held messages repeat the stall.
+	log := quietLogger{hclog.New(&hclog.LoggerOptions{Output: buf, Level: hclog.Trace}), h, newPeerLogs(hclog.New(&hclog.LoggerOptions{Output: buf}), nil)}
+	log.Error("failed to heartbeat to", "peer", raft.ServerAddress("b"), "backoff time", time.Second, "error", g.AppendEntries("b", "b", &raft.AppendEntriesRequest{}, &raft.AppendEntriesResponse{}))
+	log.Error("failed to appendEntries to", "peer", raft.Server{ID: "b", Address: "b"}, "error", fmt.Errorf("wrapped: %w", g.held()))
+	log.Error("failed to appendEntries to", "peer", raft.Server{ID: "c", Address: "c"}, "error", errors.New("connection refused"))
+
+	h.report(StorageLog, nil)
+	expect("the write returned", false)
+	out := buf.String()
+	if strings.Contains(out, "failed to heartbeat to") || !strings.Contains(out, "raft_lines_held_back=2") {
+		t.Errorf("the held messages' lines are not held back as repeats of the stall:\n%s", out)
+	}
+	if !strings.Contains(out, "lost contact with a peer") || !strings.Contains(out, "connection refused") {
+		t.Errorf("a failure that is not the gate's is held back:\n%s", out)
+	}
+}
+
+// TestStalledNodeRefusesWritesAndReads: while its log is stalled a leader
+// proposes nothing (a StorageError naming the stall: nothing was written)
+// and confirms no read (as a node that does not lead), and reports the
+// stall in Ready; once the write returns it serves again.
+func TestStalledNodeRefusesWritesAndReads(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, testConfig(t, "n1", dir, true))
+	waitReadyLeader(t, n)
+	n.storage.report(StorageLog, stalled(dir+"/raft-log"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := acquire(ctx, n, "k", "A")
+	var se *StorageError
+	if !errors.As(err, &se) || !se.Stalled() || se.NodeID != "n1" || errors.Is(err, ErrOutcomeUnknown) {
+		t.Errorf("a proposal while stalled: %v, want a StorageError naming the stall", err)
+	}
+	err = n.ReadLinearizable(ctx, func() { t.Error("read ran while stalled") })
+	if !errors.Is(err, ErrNotLeader) || errors.As(err, &se) || !strings.Contains(err.Error(), "stalled") {
+		t.Errorf("a read while stalled: %v, want ErrNotLeader naming the stall", err)
+	}
+	if ok, why := n.Ready(); ok || !strings.Contains(why, "stalled") || !strings.Contains(why, dir) {
+		t.Errorf("Ready while stalled: %v %q", ok, why)
+	}
+	if c := n.Counters(); c.Proposals["storage"] != 1 {
+		t.Errorf("counters %v", c.Proposals)
+	}
+	n.storage.report(StorageLog, nil)
+	if _, err := acquire(ctx, n, "k", "A"); err != nil {
+		t.Fatalf("a proposal once the write returned: %v", err)
+	}
+	if err := n.ReadLinearizable(ctx, func() {}); err != nil {
+		t.Fatalf("a read once the write returned: %v", err)
+	}
+}
+
+// TestStallReleasesWaitingProposals: the channel proposals wait on closes
+// when the log stalls and is open again once it is over; a proposal given
+// up for the stall while still queued is refused as not written (a
+// StorageError, counted as such), one already taken as of unknown outcome
+// naming the stall.
+func TestStallReleasesWaitingProposals(t *testing.T) {
+	h, _, _ := testHealth(t)
+	n := &Node{cfg: Config{NodeID: "n1"}, storage: h}
+	closed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	before := h.stallBegins()
+	h.report(StorageLog, noSpace("x"))
+	if closed(before) {
+		t.Fatal("a full disk released the waiting proposals")
+	}
+	h.report(StorageLog, stalled("/data/n1/raft-log"))
+	if !closed(before) || !closed(h.stallBegins()) {
+		t.Fatal("the stall did not release the waiting proposals")
+	}
+	h.report(StorageLog, nil)
+	if closed(h.stallBegins()) {
+		t.Fatal("after the stall, proposals are released at once")
+	}
+
+	h.report(StorageLog, stalled("/data/n1/raft-log"))
+	fault := n.logStall()
+	var se *StorageError
+	queued := &proposal{}
+	err := n.giveUp(queued, fault, fault)
+	if !errors.As(err, &se) || !se.Stalled() || errors.Is(err, ErrOutcomeUnknown) || queued.state.Load() != proposalWithdrawn {
+		t.Errorf("a queued proposal given up for the stall: %v, want a StorageError (nothing written)", err)
+	}
+	taken := &proposal{}
+	taken.state.Store(proposalTaken)
+	err = n.giveUp(taken, fault, fault)
+	if !errors.Is(err, ErrOutcomeUnknown) || !errors.As(err, &se) || !se.Stalled() {
+		t.Errorf("a proposal in the stalled append given up: %v, want outcome unknown naming the stall", err)
+	}
+	if c := n.Counters(); c.Proposals["storage"] != 1 || c.Proposals["outcome_unknown"] != 1 || c.Proposals["busy"] != 0 {
+		t.Errorf("counters %v", c.Proposals)
+	}
 }

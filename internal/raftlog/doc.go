@@ -18,6 +18,8 @@
 // the Manifest) is corruption and the store refuses to open, leaving every
 // byte as it is. A failed write is undone before its error returns; a
 // failed fdatasync or deletion of a suffix poisons the store (ErrPoisoned).
+// A write that has not returned within Options.StallAfter (a disk that
+// hangs) is reported as stalled (ErrStalled) until it returns.
 //
 // It must never repair the log by discarding a record that may have been
 // acknowledged, and never report an append durable before its fdatasync

@@ -22,6 +22,9 @@ type faultFS struct {
 	sync       error // Datasync of a segment fails with it
 	remove     error // Remove of a segment fails with it
 	free       int64 // what Free reports; 0 means the real value
+	// hold, while set, holds every Datasync of a segment until it is
+	// closed, then lets the sync go on (and fail with sync if set).
+	hold chan struct{}
 }
 
 func (fs *faultFS) set(f func(fs *faultFS)) {
@@ -33,7 +36,7 @@ func (fs *faultFS) set(f func(fs *faultFS)) {
 func (fs *faultFS) get() faultFS {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	return faultFS{write: fs.write, shortWrite: fs.shortWrite, undo: fs.undo, sync: fs.sync, remove: fs.remove, free: fs.free}
+	return faultFS{write: fs.write, shortWrite: fs.shortWrite, undo: fs.undo, sync: fs.sync, remove: fs.remove, free: fs.free, hold: fs.hold}
 }
 
 func (fs *faultFS) OpenFile(path string, flag int) (segFile, error) {
@@ -79,6 +82,9 @@ func (f faultFile) WriteAt(b []byte, off int64) (int, error) {
 }
 
 func (f faultFile) Datasync() error {
+	if hold := f.fs.get().hold; hold != nil {
+		<-hold
+	}
 	if err := f.fs.get().sync; err != nil {
 		return err
 	}
@@ -115,9 +121,17 @@ func (h *healthLog) last() (error, int) {
 
 func openFaulty(t *testing.T, dir string, seg int64) (*Store, *faultFS, *healthLog) {
 	t.Helper()
+	return openFaultyWith(t, dir, Options{SegmentSize: seg})
+}
+
+// openFaultyWith opens a store with opts over a faultFS, recording its
+// health reports.
+func openFaultyWith(t *testing.T, dir string, opts Options) (*Store, *faultFS, *healthLog) {
+	t.Helper()
 	fs := &faultFS{}
 	h := &healthLog{}
-	s, err := Open(dir, Options{SegmentSize: seg, fs: fs, Health: h.report, Manifest: &memManifest{}})
+	opts.fs, opts.Health, opts.Manifest = fs, h.report, &memManifest{}
+	s, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

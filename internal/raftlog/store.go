@@ -52,9 +52,15 @@ type Options struct {
 	// Health, when set, is told each time the store's ability to write
 	// changes: an error when an append, a deletion or the preparation of
 	// the next segment failed (wrapping ErrNoSpace, ErrStorage or
-	// ErrPoisoned), nil once it writes again. It is called without the
-	// store's locks held and must not call the store.
+	// ErrPoisoned), nil once it writes again, and an error wrapping
+	// ErrStalled while a write has been in progress for longer than
+	// StallAfter. It is called without the store's locks held and must not
+	// call the store.
 	Health func(err error)
+	// StallAfter, when positive, is how long an append or a deletion
+	// (with its fdatasync) may run before the store reports it stalled
+	// through Health; the report ends when the write returns.
+	StallAfter time.Duration
 
 	fs        fileSystem    // the file system; tests substitute one that fails
 	fillPause time.Duration // the rest between two chunks of a spare (fillPause when zero); tests lengthen it
@@ -127,6 +133,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.fs = osFS{}
 	}
 	s.health.notify = opts.Health
+	s.health.stallAfter, s.health.dir = opts.StallAfter, dir
 	s.spare.init(s, opts.fillPause)
 	if err := s.recover(); err != nil {
 		s.closeFiles()
@@ -371,6 +378,8 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	s.health.begin()
+	defer s.health.end()
 	if err := s.health.isPoisoned(); err != nil {
 		return err
 	}
@@ -538,6 +547,8 @@ func (s *Store) newSegment(base uint64) (*segment, error) {
 func (s *Store) DeleteRange(min, max uint64) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	s.health.begin()
+	defer s.health.end()
 	if err := s.health.isPoisoned(); err != nil {
 		return err
 	}
@@ -655,6 +666,7 @@ func (s *Store) removeSegments(from, to int) error {
 func (s *Store) Close() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	s.health.stopTimer()
 	s.spare.close()
 	return s.closeFiles()
 }

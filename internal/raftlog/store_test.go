@@ -385,14 +385,16 @@ func BenchmarkStoreLogs(b *testing.B) {
 			next += 16
 		}
 	}
-	b.Run("raftlog", func(b *testing.B) {
-		s, err := Open(b.TempDir(), Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		run(b, s)
-	})
+	for name, opts := range map[string]Options{"raftlog": {}, "raftlog-stall-watched": {StallAfter: 2 * time.Second}} {
+		b.Run(name, func(b *testing.B) {
+			s, err := Open(b.TempDir(), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			run(b, s)
+		})
+	}
 	b.Run("bolt", func(b *testing.B) {
 		s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(b.TempDir(), "raft.db"), MsgpackUseNewTimeFormat: true})
 		if err != nil {

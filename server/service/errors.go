@@ -156,12 +156,16 @@ func ClusterError(err error) *Error {
 
 // StorageError is the failure of a request nothing was written for because
 // a node cannot write its files: the leader's append failed for want of
-// space, or this node, with no leader known, cannot write its own log. It
-// names the node and the kind of file; the cluster may serve the request
-// again once another node leads or space is freed.
+// space, its log is stalled, or this node, with no leader known, cannot
+// write its own log. It names the node and the kind of file; the cluster
+// may serve the request again once another node leads or space is freed.
 func StorageError(se *cluster.StorageError) *Error {
+	remedy := "the operator must free space on that node"
+	if se.Stalled() {
+		remedy = "another node takes the lead within seconds; the operator must check that node's disk"
+	}
 	return &Error{Kind: KindStorageFull,
-		Message: fmt.Sprintf("node %s cannot write its %s (%s): nothing was changed; retry later (the operator must free space on that node)", se.NodeID, se.Kind, se.Reason()),
+		Message: fmt.Sprintf("node %s cannot write its %s (%s): nothing was changed; retry later (%s)", se.NodeID, se.Kind, se.Reason(), remedy),
 		Extra:   jsonenc.H{"outcome": "not_applied", "node_id": se.NodeID, "storage": se.Kind, "retry_after_seconds": 1}, RetryAfter: 1}
 }
 
