@@ -53,7 +53,26 @@ func plantedBugs() []Scenario {
 		// the key: a stalled or released holder overwrites its successor's
 		// progress.
 		bug("holdfast_bug_lost_checkpoint", WorkloadSlotsCheckpoint, NemesisNone, 25*time.Second, "Porcupine, stale owners accepted, checkpoints answered with another owner's fence"),
+		// A new log segment is used before its directory is synced: a
+		// power cut takes it, with the acknowledged entries in it. Small
+		// segments, so the log starts one every few seconds, and no
+		// snapshots, whose compaction would sync the directory.
+		withArgs(bug("holdfast_bug_unsynced_rename", WorkloadQueue, NemesisPower, 35*time.Second, "nodes that cannot start again, lost acknowledged jobs"),
+			"--test-log-segment-size", "8192", "--snapshot-threshold", "1000000", "--snapshot-interval", "1h"),
+		// The log acknowledges an append before its fdatasync: a power
+		// cut of every member takes the last acknowledged entries.
+		bug("holdfast_bug_ack_before_sync", WorkloadQueue, NemesisPower, 35*time.Second, "lost acknowledged jobs"),
+		killKeepsThePageCache(),
 	}
+}
+
+// killKeepsThePageCache is the ack_before_sync bug under the kill nemesis,
+// which must not see it: a killed process leaves what it wrote in the page
+// cache, synced or not. That is why the power nemesis exists.
+func killKeepsThePageCache() Scenario {
+	sc := scenario(WorkloadQueue, NemesisKill, 3, 30*time.Second)
+	sc.Name, sc.Tag = "bug-ack_before_sync-under-kill", "holdfast_bug_ack_before_sync"
+	return sc
 }
 
 // upgradeRun is what the budget counts for an upgrade walk: the clients

@@ -587,6 +587,11 @@ func (r *run) drain() {
 	err := poll(context.Background(), 120*time.Second, 500*time.Millisecond, func() error {
 		var sts []nodeStatus
 		for _, n := range members {
+			if !n.Alive() {
+				// It exited after ensureHealed started it: it will not
+				// converge (a node that refuses to start says why).
+				return fmt.Errorf("%w: %s exited (%s): %s", harness.ErrPermanent, n.ID, exitState(n), harness.ServeFailedLine.FindString(n.LogSinceStart()))
+			}
 			s, err := r.status(n, true)
 			if err != nil {
 				return err
