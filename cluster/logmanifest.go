@@ -17,7 +17,7 @@ var segmentListKey = []byte("holdfast.raftlog.segments")
 // boltManifest keeps the segment list of the Raft log in raft.db, whose
 // writes are durable when they return: the log's files cannot vanish or
 // shrink without the node noticing at its next start.
-type boltManifest struct{ store *raftboltdb.BoltStore }
+type boltManifest struct{ store raft.StableStore }
 
 // Load implements raftlog.Manifest.
 func (m boltManifest) Load() ([]byte, error) {

@@ -29,12 +29,12 @@ type Node struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	stream    *tlsStream            // nil without a peer identity
-	store     *raftboltdb.BoltStore // the stable store, and the log store of a data dir made before raftlog
-	logs      raft.LogStore         // the Raft log: a *raftlog.Store, or store
-	snaps     raft.SnapshotStore    // the snapshots, which backups are read from
-	wal       *raftlog.Store        // nil when the log is in bolt
-	watched   *watchedLog           // the log store below Raft's log cache
+	stream    *tlsStream         // nil without a peer identity
+	store     *mappedBolt        // the stable store, and the log store of a data dir made before raftlog
+	logs      raft.LogStore      // the Raft log: a *raftlog.Store, or store
+	snaps     raft.SnapshotStore // the snapshots, which backups are read from
+	wal       *raftlog.Store     // nil when the log is in bolt
+	watched   *watchedLog        // the log store below Raft's log cache
 	storage   *storageHealth
 	peers     *peerLogs // sums up the Raft library's failed calls to peers
 
@@ -197,10 +197,20 @@ func movedAddress(c raft.Configuration, id, addr string) (string, bool) {
 }
 
 func (n *Node) openStores() error {
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:                    n.cfg.boltPath(),
-		BoltOptions:             &bbolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-		MsgpackUseNewTimeFormat: true,
+	// bbolt reads its meta pages before it maps the file and calls any
+	// failure to read them an invalid database; a disk that fails the read
+	// is named as such instead.
+	if err := readMetaPages(n.cfg.boltPath()); err != nil {
+		return err
+	}
+	var store *raftboltdb.BoltStore
+	err := mappedRead(n.cfg.boltPath(), func() (err error) {
+		store, err = raftboltdb.New(raftboltdb.Options{
+			Path:                    n.cfg.boltPath(),
+			BoltOptions:             &bbolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+			MsgpackUseNewTimeFormat: true,
+		})
+		return err
 	})
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return fmt.Errorf("%w: %s is locked by another process (another holdfast serving this --data-dir?): stop it, or give this node a data directory of its own", ErrDataDirInUse, n.cfg.boltPath())
@@ -208,7 +218,7 @@ func (n *Node) openStores() error {
 	if err != nil {
 		return fmt.Errorf("open bolt store %s: %w", n.cfg.boltPath(), err)
 	}
-	n.store = store
+	n.store = &mappedBolt{b: store, path: n.cfg.boltPath()}
 	// bbolt syncs its file but never the directory holding it: without
 	// this a power loss can take a new raft.db away, with the term, the
 	// vote and the segment list in it.

@@ -205,7 +205,8 @@ func eioTargets() []eioTarget {
 	return out
 }
 
-// diskEIO fails the next call of one kind on one member's files with EIO,
+// diskEIO fails the next call of one kind on one member's files with EIO
+// (every read of the file, until healed),
 // in turn every kind eioTargets lists, and makes the member make that
 // call. When healed the rule goes; a member that exited or reports its
 // storage unusable is started again, as an operator would once the disk is
@@ -225,7 +226,13 @@ func (nm *nemesis) diskEIO() *fault {
 	tg := targets[(r.sc.Turn+nm.eios)%len(targets)]
 	nm.eios++
 	fs := r.disks[n.ID]
-	id, err := fs.Add(faultfs.Rule{Op: tg.op, Path: tg.path, Err: syscall.EIO, Times: 1})
+	// A write or sync fails once; a read fails until the rule goes (the
+	// kernel retries a failed read ahead, so once is often absorbed).
+	times := 1
+	if tg.op == faultfs.OpRead {
+		times = 0
+	}
+	id, err := fs.Add(faultfs.Rule{Op: tg.op, Path: tg.path, Err: syscall.EIO, Times: times})
 	if err != nil {
 		r.problem("disk-eio: %v", err)
 		return nil
@@ -284,11 +291,7 @@ func (nm *nemesis) afterEIO(n *harness.Node) string {
 	var outcome string
 	err := poll(context.Background(), 10*time.Second, 200*time.Millisecond, func() error {
 		if !n.Alive() {
-			line := harness.ServeFailedLine.FindString(n.LogSinceStart())
-			if line == "" {
-				line = panicLine.FindString(n.LogSinceStart())
-			}
-			outcome = "exited (" + firstWords(line, 40) + "), started again"
+			outcome = "exited (" + firstWords(exitWords(n.LogSinceStart()), 48) + "), started again"
 			return nil
 		}
 		a := r.ops.Do(context.Background(), n.HTTPAddr, http.MethodGet, "/readyz", nil, "")
@@ -316,6 +319,17 @@ func (nm *nemesis) afterEIO(n *harness.Node) string {
 		}
 	}
 	return outcome
+}
+
+// exitWords is the line of log saying why a node stopped, with the lines
+// that follow it (an error may run over several), or its panic line.
+func exitWords(log string) string {
+	loc := harness.ServeFailedLine.FindStringIndex(log)
+	if loc == nil {
+		return panicLine.FindString(log)
+	}
+	lines := strings.SplitN(log[loc[0]:], "\n", 4)
+	return strings.Join(lines[:min(len(lines), 3)], " ")
 }
 
 // firstWords is s cut to its first k words.
