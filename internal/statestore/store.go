@@ -1,0 +1,485 @@
+// Package statestore keeps the state machine's records on disk, in pebble,
+// with the Raft log as their write-ahead log.
+//
+// A Store is one pebble database without a write-ahead log of its own.
+// Each batch of applied log entries is committed as one pebble batch that
+// also records the index of the last entry in it, and nothing is synced on
+// a commit: what a crash or a power loss takes away is a suffix of the
+// batches, and the applied index taken away with it tells the node where
+// to replay the Raft log from. Flush makes every committed batch durable;
+// the node flushes before the Raft log is compacted past the store's
+// applied index, and when it stops.
+//
+// On disk, the store's root directory holds the file CURRENT, which names
+// the live database directory (store-NNNNNN) beside it. Install swaps in
+// a whole new database (a snapshot received from the leader) by writing
+// CURRENT anew through a synced rename, so a crash at any moment of it
+// leaves either the old database or the new one; Open removes whichever
+// directory CURRENT does not name.
+package statestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/holdfast/holdfast/internal/atomicfile"
+)
+
+// FormatVersion is the pebble format every store is created and kept at.
+// It is pinned so that a later pebble can never move a store to a format
+// an earlier build of holdfast cannot open.
+const FormatVersion = pebble.FormatValueSeparation
+
+const (
+	currentFile = "CURRENT"
+	storePrefix = "store-"
+	// installPrefix names a directory being filled for Install.
+	installPrefix = "install-"
+)
+
+// appliedKey holds the index of the last log entry applied, as 8 bytes
+// big-endian. Its first byte sorts before every record key the state
+// machine uses, which must not start with 0x00.
+var appliedKey = []byte{0x00, 'a', 'p', 'p', 'l', 'i', 'e', 'd'}
+
+// ErrReservedKey is returned for a key that starts with the byte 0x00,
+// which the store keeps for itself.
+var ErrReservedKey = errors.New("statestore: keys starting with 0x00 are reserved")
+
+// Options tune a store.
+type Options struct {
+	// CacheBytes is the size of the block cache (default 64 MiB).
+	CacheBytes int64
+	// MemTableBytes is the size of one memtable (default 32 MiB); up to
+	// two are held while one is flushed.
+	MemTableBytes uint64
+	// Logger receives pebble's messages (default: none).
+	Logger hclog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = 64 << 20
+	}
+	if o.MemTableBytes == 0 {
+		o.MemTableBytes = 32 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	return o
+}
+
+// Store is an open state store. Its methods may be called from any
+// goroutine, but batches are committed by one writer.
+type Store struct {
+	root    string
+	name    string // the live database's directory, under root
+	opts    Options
+	db      *pebble.DB
+	applied uint64 // as of the last commit or open
+}
+
+// Open opens the store under root, making an empty one if there is none.
+// A directory left by an Install that a crash interrupted is removed.
+func Open(root string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if err := atomicfile.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("open state store: %w", err)
+	}
+	name, err := readCurrent(root)
+	fresh := errors.Is(err, os.ErrNotExist)
+	if fresh {
+		name = storeName(1)
+	} else if err != nil {
+		return nil, err
+	}
+	if err := removeOthers(root, name, fresh); err != nil {
+		return nil, err
+	}
+	s := &Store{root: root, name: name, opts: opts}
+	if fresh {
+		return s, s.create()
+	}
+	if err := s.open(false); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// create makes the first database and then CURRENT. A database left
+// without CURRENT is one whose creation a crash interrupted: nothing was
+// ever committed to it, since Open returns only after CURRENT is written.
+func (s *Store) create() error {
+	if err := s.open(true); err != nil {
+		return err
+	}
+	if s.applied != 0 {
+		_ = s.db.Close()
+		return fmt.Errorf("open state store: %s holds a database at index %d but no %s", s.root, s.applied, currentFile)
+	}
+	if err := atomicfile.SyncDir(s.root); err != nil {
+		_ = s.db.Close()
+		return fmt.Errorf("open state store: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(s.root, currentFile), []byte(s.name+"\n")); err != nil {
+		_ = s.db.Close()
+		return fmt.Errorf("open state store: %w", err)
+	}
+	return nil
+}
+
+// readCurrent reads the name of the live database from root's CURRENT.
+func readCurrent(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, currentFile))
+	if err != nil {
+		return "", fmt.Errorf("open state store: read %s: %w", currentFile, err)
+	}
+	name := strings.TrimSuffix(string(b), "\n")
+	if _, ok := storeNumber(name); !ok {
+		return "", fmt.Errorf("open state store: %s in %s names %q, not a store directory", currentFile, root, name)
+	}
+	return name, nil
+}
+
+func storeName(n uint64) string { return fmt.Sprintf("%s%06d", storePrefix, n) }
+
+func storeNumber(name string) (uint64, bool) {
+	digits, ok := strings.CutPrefix(name, storePrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	return n, err == nil && n > 0 && storeName(n) == name
+}
+
+// removeOthers removes every store or install directory under root but
+// the live one, and syncs root if it removed any. Without CURRENT (fresh)
+// it removes only install directories: a database other than the first
+// one is then a sign that CURRENT was lost, and an error.
+func removeOthers(root, live string, fresh bool) error {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("open state store: %w", err)
+	}
+	removed := false
+	for _, e := range entries {
+		n := e.Name()
+		if n == live || !(strings.HasPrefix(n, storePrefix) || strings.HasPrefix(n, installPrefix)) {
+			continue
+		}
+		if fresh && strings.HasPrefix(n, storePrefix) {
+			return fmt.Errorf("open state store: %s holds the database %s but no %s", root, n, currentFile)
+		}
+		if err := os.RemoveAll(filepath.Join(root, n)); err != nil {
+			return fmt.Errorf("open state store: remove %s: %w", n, err)
+		}
+		removed = true
+	}
+	if removed {
+		return atomicfile.SyncDir(root)
+	}
+	return nil
+}
+
+// open opens the live database, making it only if create is set, and
+// reads its applied index.
+func (s *Store) open(create bool) error {
+	cache := pebble.NewCache(s.opts.CacheBytes)
+	defer cache.Unref()
+	dir := filepath.Join(s.root, s.name)
+	db, err := pebble.Open(dir, &pebble.Options{
+		Cache:              cache,
+		MemTableSize:       s.opts.MemTableBytes,
+		DisableWAL:         true, // the Raft log is the write-ahead log
+		ErrorIfNotExists:   !create,
+		FormatMajorVersion: FormatVersion,
+		Logger:             pebbleLogger{s.opts.Logger},
+	})
+	if err != nil {
+		return fmt.Errorf("open state store %s: %w", dir, err)
+	}
+	v, ok, err := get(db, appliedKey)
+	if err == nil && ok && len(v) != 8 {
+		err = fmt.Errorf("applied index is %d bytes, want 8", len(v))
+	}
+	if err != nil {
+		_ = db.Close()
+		return fmt.Errorf("open state store %s: %w", dir, err)
+	}
+	s.db = db
+	s.applied = 0
+	if ok {
+		s.applied = binary.BigEndian.Uint64(v)
+	}
+	return nil
+}
+
+// Dir is the live database's directory.
+func (s *Store) Dir() string { return filepath.Join(s.root, s.name) }
+
+// Applied is the index of the last log entry whose batch was committed,
+// or after Open, the last one that was durable.
+func (s *Store) Applied() uint64 { return s.applied }
+
+// Get returns a copy of the committed value of key.
+func (s *Store) Get(key []byte) ([]byte, bool, error) {
+	return get(s.db, key)
+}
+
+// Scan calls fn for each committed key in [lower, upper) in order, until
+// fn returns false. The slices are valid only during the call.
+func (s *Store) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return scan(s.db, lower, upper, fn)
+}
+
+// Flush makes every committed batch durable.
+func (s *Store) Flush() error {
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("flush state store: %w", err)
+	}
+	return nil
+}
+
+// Checkpoint flushes the store and makes a durable copy of it in dir
+// (which must not exist, and must be on the store's file system): hard
+// links to its immutable files, so it costs what changed since the last
+// flush, not the size of the state.
+func (s *Store) Checkpoint(dir string) error {
+	if err := s.Flush(); err != nil {
+		return err
+	}
+	if err := s.db.Checkpoint(dir); err != nil {
+		return fmt.Errorf("checkpoint state store to %s: %w", dir, err)
+	}
+	if err := syncTree(dir); err != nil {
+		return fmt.Errorf("checkpoint state store to %s: %w", dir, err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(dir)); err != nil {
+		return fmt.Errorf("checkpoint state store to %s: %w", dir, err)
+	}
+	return nil
+}
+
+// InstallDir returns a new, empty directory under the store's root in
+// which to build a database for Install. Open removes it if Install was
+// never called or did not finish.
+func (s *Store) InstallDir() (string, error) {
+	dir, err := os.MkdirTemp(s.root, installPrefix)
+	if err != nil {
+		return "", fmt.Errorf("state store: make an install directory: %w", err)
+	}
+	return dir, nil
+}
+
+// Install replaces the store's contents by the database in dir, made by
+// InstallDir and filled by the caller (a checkpoint's files). It syncs
+// dir's files, moves dir in as the next database and writes CURRENT anew,
+// so a crash at any moment leaves the old database or the new one whole.
+// The store stays open on whichever is live when Install returns.
+func (s *Store) Install(dir string) error {
+	if filepath.Dir(filepath.Clean(dir)) != filepath.Clean(s.root) || !strings.HasPrefix(filepath.Base(dir), installPrefix) {
+		return fmt.Errorf("state store: install %s: not a directory from InstallDir", dir)
+	}
+	if err := syncTree(dir); err != nil {
+		return fmt.Errorf("state store: install %s: %w", dir, err)
+	}
+	n, _ := storeNumber(s.name)
+	next := storeName(n + 1)
+	if err := os.Rename(dir, filepath.Join(s.root, next)); err != nil {
+		return fmt.Errorf("state store: install %s: %w", dir, err)
+	}
+	if err := atomicfile.SyncDir(s.root); err != nil {
+		return fmt.Errorf("state store: install %s: %w", dir, err)
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("state store: install: close the old database: %w", err)
+	}
+	old := s.name
+	if err := atomicfile.Write(filepath.Join(s.root, currentFile), []byte(next+"\n")); err != nil {
+		// CURRENT may or may not have changed on disk; the old database
+		// is intact either way, and so is the new one.
+		if oerr := s.open(false); oerr != nil {
+			return errors.Join(fmt.Errorf("state store: install: %w", err), oerr)
+		}
+		return fmt.Errorf("state store: install: %w", err)
+	}
+	s.name = next
+	if err := s.open(false); err != nil {
+		return fmt.Errorf("state store: install: %w", err)
+	}
+	if err := os.RemoveAll(filepath.Join(s.root, old)); err != nil {
+		return fmt.Errorf("state store: install: remove the old database: %w", err)
+	}
+	return atomicfile.SyncDir(s.root)
+}
+
+// Close flushes the store, so that a restart replays nothing, and closes it.
+func (s *Store) Close() error {
+	ferr := s.Flush()
+	if err := s.db.Close(); err != nil {
+		return errors.Join(ferr, fmt.Errorf("close state store: %w", err))
+	}
+	return ferr
+}
+
+// Batch is one apply batch: reads see its own writes; nothing is visible
+// to the store's other readers until Commit.
+type Batch struct {
+	s *Store
+	b *pebble.Batch
+}
+
+// Begin starts a batch. Call Commit or Discard.
+func (s *Store) Begin() *Batch {
+	return &Batch{s: s, b: s.db.NewIndexedBatch()}
+}
+
+// Get returns a copy of key's value as of the batch's own writes.
+func (b *Batch) Get(key []byte) ([]byte, bool, error) {
+	return get(b.b, key)
+}
+
+// Set writes key's value.
+func (b *Batch) Set(key, value []byte) error {
+	if len(key) > 0 && key[0] == 0 || len(key) == 0 {
+		return ErrReservedKey
+	}
+	if err := b.b.Set(key, value, nil); err != nil {
+		return fmt.Errorf("state store: set: %w", err)
+	}
+	return nil
+}
+
+// Delete removes key.
+func (b *Batch) Delete(key []byte) error {
+	if len(key) == 0 || key[0] == 0 {
+		return ErrReservedKey
+	}
+	if err := b.b.Delete(key, nil); err != nil {
+		return fmt.Errorf("state store: delete: %w", err)
+	}
+	return nil
+}
+
+// Scan calls fn for each key in [lower, upper) as of the batch's own
+// writes, in order, until fn returns false.
+func (b *Batch) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return scan(b.b, lower, upper, fn)
+}
+
+// Commit records index as the last applied log entry and commits the
+// batch without syncing it. The batch is done with either way.
+func (b *Batch) Commit(index uint64) error {
+	defer b.b.Close()
+	if index <= b.s.applied {
+		return fmt.Errorf("state store: commit index %d, but %d is applied already", index, b.s.applied)
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], index)
+	if err := b.b.Set(appliedKey, v[:], nil); err != nil {
+		return fmt.Errorf("state store: commit: %w", err)
+	}
+	if err := b.b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("state store: commit: %w", err)
+	}
+	b.s.applied = index
+	return nil
+}
+
+// Discard drops the batch's writes.
+func (b *Batch) Discard() { _ = b.b.Close() }
+
+// reader is what pebble's DB and indexed Batch share.
+type reader interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+func get(r reader, key []byte) ([]byte, bool, error) {
+	v, c, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("state store: get: %w", err)
+	}
+	out := append([]byte(nil), v...)
+	if err := c.Close(); err != nil {
+		return nil, false, fmt.Errorf("state store: get: %w", err)
+	}
+	return out, true, nil
+}
+
+func scan(r reader, lower, upper []byte, fn func(k, v []byte) bool) error {
+	if len(lower) == 0 || lower[0] == 0 {
+		return ErrReservedKey
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("state store: scan: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("state store: scan: %w", err)
+		}
+		if !fn(it.Key(), v) {
+			break
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state store: scan: %w", err)
+	}
+	return nil
+}
+
+// syncTree fsyncs every file and directory under dir, dir included.
+func syncTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+		return nil
+	})
+}
+
+// pebbleLogger passes pebble's messages to hclog. Pebble calls Fatalf when
+// it cannot go on (a corrupt or unreadable file in the background); the
+// node must then stop rather than serve a state it cannot read.
+type pebbleLogger struct{ l hclog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...interface{}) {
+	p.l.Debug(fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Errorf(format string, args ...interface{}) {
+	p.l.Error(fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Fatalf(format string, args ...interface{}) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error("state store cannot go on", "error", msg)
+	panic("holdfast state store: " + msg)
+}
