@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast/holdfast/fsm"
 	"github.com/holdfast/holdfast/internal/atomicfile"
 	"github.com/holdfast/holdfast/internal/raftlog"
+	"github.com/holdfast/holdfast/internal/statestore"
 	"github.com/holdfast/holdfast/internal/tlsconf"
 )
 
@@ -27,6 +28,7 @@ type Node struct {
 	cfg       Config
 	log       hclog.Logger
 	fsm       *fsm.FSM
+	state     *statestore.Store // the state machine's records
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
 	stream    *tlsStream         // nil without a peer identity
@@ -77,18 +79,21 @@ func Open(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:        cfg,
 		log:        cfg.Logger.Named("cluster"),
-		fsm:        fsm.New(),
 		notifyCh:   make(chan bool, 8),
 		proposeCh:  make(chan *proposal, 4*maxBatch),
 		shutdownCh: make(chan struct{}),
 	}
-	// No results until this node proposes: the flusher says from which term.
-	n.fsm.ResultsFrom(math.MaxUint64)
 	n.storage = newStorageHealth(cfg.DataDir, n.log.Named("storage"), cfg.Now)
 	if err := n.openStores(); err != nil {
 		n.closeStores()
 		return nil, err
 	}
+	if err := n.openState(); err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	// No results until this node proposes: the flusher says from which term.
+	n.fsm.ResultsFrom(math.MaxUint64)
 	if err := n.removeUnfinishedSnapshots(); err != nil {
 		n.closeStores()
 		return nil, err
@@ -133,7 +138,14 @@ func Open(cfg Config) (*Node, error) {
 	logs := &levelLog{LogStore: &typedLog{LogStore: cache, below: n.watched}, marks: &n.marks}
 	stable := &stableGuard{StableStore: n.store, self: []byte(n.transport.LocalAddr()), health: n.storage, refuse: n.refuseElections}
 	trans := &raftGate{gatedTransport: n.transport, refuse: n.refuseElections, hold: n.logStall}
-	r, err := raft.NewRaft(n.raftConfig(), n.fsm, logs, stable, n.snaps, trans)
+	current, err := n.stateIsCurrent()
+	if err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	conf := n.raftConfig()
+	conf.NoSnapshotRestoreOnStart = current
+	r, err := raft.NewRaft(conf, durableFSM{FSM: n.fsm, state: n.state}, logs, stable, n.snaps, trans)
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("start raft: %w", err)
@@ -360,6 +372,11 @@ func (n *Node) closeStores() {
 	if n.store != nil {
 		if err := n.store.Close(); err != nil {
 			n.log.Error("close bolt store", "error", err)
+		}
+	}
+	if n.state != nil {
+		if err := n.state.Close(); err != nil {
+			n.log.Error("close state store", "error", err)
 		}
 	}
 }

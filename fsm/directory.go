@@ -40,6 +40,7 @@ func (s *state) applySetNode(c *SetNode) DirectoryResult {
 		return DirectoryResult{Now: s.clock}
 	}
 	s.nodes[c.Node.ID] = c.Node
+	s.nodesDirty = true
 	return DirectoryResult{Now: s.clock, Changed: true}
 }
 
@@ -48,6 +49,7 @@ func (s *state) applyRemoveNode(c *RemoveNode) DirectoryResult {
 		return DirectoryResult{Now: s.clock}
 	}
 	delete(s.nodes, c.ID)
+	s.nodesDirty = true
 	return DirectoryResult{Now: s.clock, Changed: true}
 }
 

@@ -36,9 +36,34 @@ func (f *FSM) ResultsFrom(term uint64) { f.resultsFrom.Store(term) }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
 
-// New returns an empty state machine with the default settings.
+// New returns an empty state machine with the default settings, its
+// records in memory.
 func New() *FSM {
-	return &FSM{st: newState()}
+	f, err := Open(NewMemStore())
+	if err != nil {
+		panic(err) // an empty store has nothing to read wrong
+	}
+	return f
+}
+
+// Open returns the state machine whose state store holds: an empty store
+// gives the initial state (the default settings), one a node kept gives
+// the state as of its Applied index, from which the log is applied again.
+func Open(store Store) (*FSM, error) {
+	s := newState(store)
+	if err := s.load(); err != nil {
+		return nil, fmt.Errorf("open the state machine: %w", err)
+	}
+	f := &FSM{st: s}
+	f.level.Store(s.level)
+	return f, nil
+}
+
+// Applied is the index of the last log entry in the state's store.
+func (f *FSM) Applied() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.store.Applied()
 }
 
 // Apply decodes and applies one committed log entry. It panics on an entry
@@ -47,12 +72,16 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	return f.ApplyBatch([]*raft.Log{l})[0]
 }
 
-// ApplyBatch applies committed entries in order under one lock acquisition.
-// Entries that are not commands (configuration changes) yield nil.
+// ApplyBatch applies committed entries in order under one lock acquisition,
+// in one batch of the store, which records the last entry's index. Entries
+// that are not commands (configuration changes) yield nil, and so do
+// entries the store holds already: a restarted node's log is replayed from
+// its last snapshot, and the store may be ahead of that.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	cmds := make([]Command, len(logs))
+	applied := f.st.store.Applied()
 	for i, l := range logs {
-		if l.Type != raft.LogCommand {
+		if l.Type != raft.LogCommand || l.Index <= applied {
 			continue
 		}
 		c, err := Decode(l.Data)
@@ -63,8 +92,13 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	out := make([]interface{}, len(logs))
 	from := f.resultsFrom.Load()
+	last := logs[len(logs)-1].Index
+	if last <= applied {
+		return out
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.st.begin()
 	for i, c := range cmds {
 		if c != nil {
 			f.st.quiet = logs[i].Term < from
@@ -72,6 +106,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 	}
 	f.st.quiet = false
+	f.st.commit(last)
 	f.level.Store(f.st.level)
 	return out
 }
@@ -81,8 +116,11 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 func (f *FSM) ApplyCommand(c Command) interface{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	defer func() { f.level.Store(f.st.level) }()
-	return f.st.apply(c)
+	f.st.begin()
+	r := f.st.apply(c)
+	f.st.commit(f.st.store.Applied() + 1)
+	f.level.Store(f.st.level)
+	return r
 }
 
 // apply advances the clock and dispatches on the command type. The result
@@ -212,7 +250,8 @@ func (f *FSM) Authorize(id secret.ID, r Role, tok secret.Hash, nodeNow int64) Qu
 func (f *FSM) NextDeadline() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	tm, ok := f.st.timers.peek()
+	tm, ok, err := firstTimer(f.st.store)
+	f.st.failRead(err)
 	return tm.at, ok
 }
 
@@ -257,11 +296,23 @@ func (f *FSM) Stats(nodeNow int64) Stats {
 // stats counts the live records at now.
 func (s *state) stats(now int64) Stats {
 	var st Stats
-	for _, l := range s.leases {
+	lower, upper := tableBounds(tableLease)
+	must(s.store.Scan(lower, upper, func(_, v []byte) bool {
+		l, err := decodeLease(v)
+		must(err)
 		st.countLease(l, now)
-	}
-	for _, q := range s.queues {
-		st.countQueue(s, q, now)
+		return true
+	}))
+	lower, upper = tableBounds(tableQueue)
+	var ids []secret.ID
+	must(s.store.Scan(lower, upper, func(k, _ []byte) bool {
+		ids = append(ids, secret.ID(k[1:]))
+		return true
+	}))
+	for _, id := range ids {
+		if q := s.queue(id); q != nil {
+			st.countQueue(s, q, now)
+		}
 	}
 	return st
 }

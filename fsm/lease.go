@@ -6,7 +6,7 @@ import "github.com/holdfast/holdfast/internal/secret"
 // at the state's clock. A record past its absolute expiry is treated as
 // absent even before a sweep removes it.
 func (s *state) liveLease(id secret.Hash) *lease {
-	l := s.leases[id]
+	l := s.lease(id)
 	if l == nil || s.clock >= l.absoluteExpiresAt {
 		return nil
 	}
@@ -60,7 +60,7 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 	if l == nil {
 		// At the bound, a key with an ended record may still reuse it (looked
 		// up only then: below the bound a new key costs no second lookup).
-		ended := s.leases[c.Lease]
+		ended := s.lease(c.Lease)
 		if s.leaseCount() >= s.settings.MaxLeases && ended == nil {
 			return LeaseResult{Outcome: LeaseLimitReached, Now: s.clock, Limit: s.settings.MaxLeases}
 		}
@@ -68,12 +68,12 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 			s.dropLease(ended)
 		}
 		l = &lease{
-			epoch:             s.epoch,
 			id:                c.Lease,
 			fingerprint:       c.Fingerprint,
 			absoluteExpiresAt: s.clock + secondsToMillis(s.settings.LeaseLifecycleSeconds),
 		}
-		s.leases[l.id] = l
+		s.putLease(l)
+		s.counts.leases++
 		s.timers.setLease(l.id, l.absoluteExpiresAt)
 		if n := c.slotCount(); n > 1 {
 			l.set = newSlotSet(n)
@@ -202,9 +202,10 @@ func (s *state) applyLeaseCheckpoint(c *LeaseCheckpoint) LeaseResult {
 // dropLease removes the record l (ended) with what it counts and its slots
 // timer.
 func (s *state) dropLease(l *lease) {
-	s.extraSlots -= l.extraSlots()
+	s.counts.extraSlots -= l.extraSlots()
 	if l.set != nil {
 		s.timers.cancel(slotsTimer(l.id))
 	}
-	delete(s.leases, l.id)
+	s.timers.cancelLease(l.id, l.absoluteExpiresAt)
+	s.removeLease(l.id)
 }

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -346,29 +347,29 @@ func TestReplacedRecordLeavesNoTrace(t *testing.T) {
 	}
 }
 
-// TestLeaseHeapOrderAndShrink pushes lifecycle ends in a scrambled order and
-// pops them all: they come out in (time, id) order, and the drained heap
-// gives its memory back.
-func TestLeaseHeapOrderAndShrink(t *testing.T) {
-	var h leaseHeap
-	const n = 20000
-	for i := range n {
-		var e leaseExpiry
-		e.at = int64((i * 7919) % 1000) // many equal times: the id decides
-		e.id[0], e.id[1] = byte(i>>8), byte(i)
-		h.push(e)
-	}
-	peak := cap(h)
-	prev := leaseExpiry{at: -1}
-	for range n {
-		if h[0].less(prev) {
-			t.Fatalf("popped %+v after %+v", h[0], prev)
+// TestTimerKeysSortInTimerOrder: the timer index's keys sort as timers
+// are handled, by time (negative ones too), then kind, then key.
+func TestTimerKeysSortInTimerOrder(t *testing.T) {
+	var timers []timer
+	for _, at := range []int64{-5, 0, 1, 1 << 40} {
+		for _, kind := range []timerKind{timerLease, timerClaim} {
+			for _, a := range []byte{0, 7} {
+				for _, b := range []byte{0, 9} {
+					k := timerKey{kind: kind}
+					k.a[31], k.b[0] = a, b
+					timers = append(timers, timer{at: at, key: k})
+				}
+			}
 		}
-		prev = h[0]
-		h.pop()
 	}
-	if len(h) != 0 || cap(h) >= peak/2 {
-		t.Fatalf("drained heap: len %d cap %d (peak %d)", len(h), cap(h), peak)
+	for i := 1; i < len(timers); i++ {
+		prev, next := timerIndexKey(timers[i-1].at, timers[i-1].key), timerIndexKey(timers[i].at, timers[i].key)
+		if bytes.Compare(prev, next) >= 0 {
+			t.Fatalf("timer %+v sorts after %+v", timers[i-1], timers[i])
+		}
+		if got, ok := parseTimerIndexKey(next); !ok || got != timers[i] {
+			t.Fatalf("key of %+v parses as %+v, %v", timers[i], got, ok)
+		}
 	}
 }
 

@@ -31,7 +31,7 @@ func (q *queue) token(r Role) secret.Hash {
 
 // liveQueue returns the queue if it exists and has not reached its deadline.
 func (s *state) liveQueue(id secret.ID, now int64) *queue {
-	q := s.queues[id]
+	q := s.queue(id)
 	if q == nil || now >= q.expiresAt {
 		return nil
 	}
@@ -125,10 +125,10 @@ func (s *state) queueResult(o QueueOutcome, q *queue, j *job) QueueResult {
 }
 
 func (s *state) applyQueueCreate(c *QueueCreate) QueueResult {
-	if int64(len(s.queues)) >= s.settings.MaxQueues {
+	if s.counts.queues >= s.settings.MaxQueues {
 		return QueueResult{Outcome: QueueLimitReached, Now: s.clock, Limit: s.settings.MaxQueues}
 	}
-	cl := s.clients[c.Client]
+	cl := s.client(c.Client)
 	if cl != nil {
 		cl = s.mutClient(cl)
 		cl.prune(s.clock)
@@ -141,18 +141,18 @@ func (s *state) applyQueueCreate(c *QueueCreate) QueueResult {
 			}
 		}
 	}
-	if _, taken := s.queues[c.Queue]; taken {
+	if s.queue(c.Queue) != nil {
 		return QueueResult{Outcome: QueueIDTaken, Now: s.clock}
 	}
 	if cl == nil || len(cl.leaves) == 0 {
-		cl = &client{epoch: s.epoch, id: c.Client}
-		s.clients[cl.id] = cl
+		// Absent, or removed just now with its last entry.
+		s.counts.clients++
+		cl = s.mutClient(&client{id: c.Client})
 	}
 	cl.leaves = append(cl.leaves, s.clock+secondsToMillis(s.settings.QueueCreateWindowSeconds))
 	s.rearmClient(cl)
 
 	q := &queue{
-		epoch:     s.epoch,
 		id:        c.Queue,
 		createdAt: s.clock,
 		expiresAt: s.clock + secondsToMillis(s.settings.QueueLifetimeSeconds),
@@ -162,7 +162,8 @@ func (s *state) applyQueueCreate(c *QueueCreate) QueueResult {
 		byKey:     make(map[string]int),
 		byID:      make(map[secret.ID]int),
 	}
-	s.queues[q.id] = q
+	s.mutQueue(q)
+	s.counts.queues++
 	s.timers.set(queueTimer(q.id), q.expiresAt)
 	return s.queueResult(QueueCreated, q, nil)
 }
@@ -177,7 +178,7 @@ func (c *client) prune(now int64) {
 // whether the record was removed.
 func (s *state) rearmClient(cl *client) bool {
 	if len(cl.leaves) == 0 {
-		delete(s.clients, cl.id)
+		s.removeClient(cl.id)
 		s.timers.cancel(clientTimer(cl.id))
 		return true
 	}
@@ -208,7 +209,6 @@ func (s *state) applyJobEnqueue(c *JobEnqueue) QueueResult {
 	}
 	q = s.mutQueue(q)
 	j := &job{
-		epoch:     s.epoch,
 		id:        c.Job,
 		key:       c.Key,
 		payload:   c.Payload,
@@ -216,9 +216,8 @@ func (s *state) applyJobEnqueue(c *JobEnqueue) QueueResult {
 		createdAt: s.clock,
 		updatedAt: s.clock,
 	}
-	q.byKey[j.key] = len(q.jobs)
-	q.byID[j.id] = len(q.jobs)
-	q.jobs = append(q.jobs, j)
+	q.addJob(j)
+	s.mutJob(q, len(q.jobs)-1)
 	return s.queueResult(JobCreated, q, j)
 }
 

@@ -63,8 +63,8 @@ func TestQueueCreationLimitPerClient(t *testing.T) {
 			break
 		}
 	}
-	if pruned != 2 || len(h.f.st.clients) != 0 {
-		t.Fatalf("pruned %d client records, %d left", pruned, len(h.f.st.clients))
+	if pruned != 2 || int(h.f.st.counts.clients) != 0 {
+		t.Fatalf("pruned %d client records, %d left", pruned, int(h.f.st.counts.clients))
 	}
 }
 
@@ -320,8 +320,8 @@ func TestQueueDeadline(t *testing.T) {
 		t.Fatalf("sweep %+v", s)
 	}
 	// The creator's record leaves the window at the same instant.
-	if s.ClientsPruned != 1 || len(h.f.st.queues) != 0 || h.f.st.timers.h.Len() != 0 {
-		t.Fatalf("sweep %+v left queues %d timers %d", s, len(h.f.st.queues), h.f.st.timers.h.Len())
+	if _, armed := h.f.NextDeadline(); s.ClientsPruned != 1 || h.f.st.counts.queues != 0 || armed {
+		t.Fatalf("sweep %+v left queues %d, a timer armed: %v", s, h.f.st.counts.queues, armed)
 	}
 }
 

@@ -185,7 +185,7 @@ func (l *lease) extraSlots() int64 {
 
 // leaseCount is what counts toward max_leases: every record, and every
 // held slot of a key beyond its first.
-func (s *state) leaseCount() int64 { return int64(len(s.leases)) + s.extraSlots }
+func (s *state) leaseCount() int64 { return s.counts.leases + s.counts.extraSlots }
 
 // rearmSlots sets l's slots timer at its earliest holder's expiry, or
 // cancels it when no slot is held.
@@ -216,7 +216,7 @@ func (s *state) freeEndedSlots(l *lease) (*lease, int64) {
 
 func (s *state) removeHolder(l *lease, h *slotHolder) {
 	if l.set.len() > 1 {
-		s.extraSlots--
+		s.counts.extraSlots--
 	}
 	l.set.remove(h)
 }
@@ -269,7 +269,7 @@ func (s *state) grantSlot(l *lease, c *LeaseAcquire) LeaseResult {
 	s.fencing++
 	h := &slotHolder{owner: c.Owner, fencing: s.fencing, expiresAt: min(s.clock+secondsToMillis(c.TTLSeconds), l.absoluteExpiresAt)}
 	if l.set.len() > 0 {
-		s.extraSlots++
+		s.counts.extraSlots++
 	}
 	l.set.add(h)
 	s.rearmSlots(l)
@@ -311,7 +311,7 @@ func (s *state) releaseSlot(l *lease, owner secret.Hash) LeaseResult {
 
 // sweepSlots frees the slots of a key whose leases ended.
 func (s *state) sweepSlots(id secret.Hash, r *SweepResult) {
-	l := s.leases[id]
+	l := s.lease(id)
 	if l == nil || l.set == nil {
 		return
 	}

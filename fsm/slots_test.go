@@ -165,8 +165,8 @@ func TestSlotsSnapshotRoundTrip(t *testing.T) {
 	if !bytes.Equal(g.SnapshotBytes(), b) {
 		t.Fatal("the restored state writes other bytes")
 	}
-	if g.st.extraSlots != h.f.st.extraSlots || g.st.extraSlots != 1 {
-		t.Fatalf("extra slots %d restored, %d before", g.st.extraSlots, h.f.st.extraSlots)
+	if g.st.counts.extraSlots != h.f.st.counts.extraSlots || g.st.counts.extraSlots != 1 {
+		t.Fatalf("extra slots %d restored, %d before", g.st.counts.extraSlots, h.f.st.counts.extraSlots)
 	}
 	h2 := &harness{t: t, f: g, now: h.now, index: h.index}
 	if r := h2.acquireSlots("k", "e", 3, 60); r.Outcome != LeaseGranted || r.Held != 3 {

@@ -48,53 +48,40 @@ func snapshotVersionAt(level uint32) uint64 {
 // ErrSnapshot is wrapped by every error restoring a snapshot.
 var ErrSnapshot = errors.New("fsm: invalid snapshot")
 
-// view is an immutable capture of the state: records are copy-on-write, so
-// after the epoch moves on nothing in a view changes.
+// view is a consistent capture of the state: its scalars and node
+// directory, and a view of the store that later batches do not change.
 type view struct {
 	clock    int64
 	fencing  uint64
 	settings Settings
 	level    uint32
-	leases   []*lease
-	queues   []*queue
-	clients  []*client
+	counts   counts
 	nodes    []NodeInfo
+	store    View
 }
 
-// capture takes a view and starts a new epoch so later changes copy records.
-func (f *FSM) capture() *view {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// capture takes a view of the committed state.
+func (f *FSM) capture() (*view, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	s := f.st
-	v := &view{
+	sv, err := s.store.View()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: view the state store: %w", err)
+	}
+	return &view{
 		clock:    s.clock,
 		fencing:  s.fencing,
 		settings: s.settings,
 		level:    s.level,
-		leases:   make([]*lease, 0, len(s.leases)),
-		queues:   make([]*queue, 0, len(s.queues)),
-		clients:  make([]*client, 0, len(s.clients)),
-	}
-	for _, l := range s.leases {
-		v.leases = append(v.leases, l)
-	}
-	for _, q := range s.queues {
-		v.queues = append(v.queues, q)
-	}
-	for _, c := range s.clients {
-		v.clients = append(v.clients, c)
-	}
-	v.nodes = s.sortedNodes()
-	s.epoch++
-	return v
+		counts:   s.counts,
+		nodes:    s.sortedNodes(),
+		store:    sv,
+	}, nil
 }
 
-// writeTo encodes the view in its canonical order.
+// writeTo encodes the view in its canonical order: the store's, by id.
 func (v *view) writeTo(w io.Writer) error {
-	slices.SortFunc(v.leases, func(a, b *lease) int { return bytes.Compare(a.id[:], b.id[:]) })
-	slices.SortFunc(v.queues, func(a, b *queue) int { return bytes.Compare(a.id[:], b.id[:]) })
-	slices.SortFunc(v.clients, func(a, b *client) int { return bytes.Compare(a.id[:], b.id[:]) })
-
 	h := sha256.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(w, h), 64*1024)
 	e := wire.NewEncoder(make([]byte, 0, 4096))
@@ -113,40 +100,73 @@ func (v *view) writeTo(w io.Writer) error {
 		e.Uvarint(uint64(v.level))
 	}
 
-	e.Uvarint(uint64(len(v.leases)))
-	for _, l := range v.leases {
+	e.Uvarint(uint64(v.counts.leases))
+	err := v.eachRecord(tableLease, v.counts.leases, func(b []byte) error {
+		l, err := decodeLease(b)
+		if err != nil {
+			return err
+		}
 		l.encode(e, version)
-		if err := flush(); err != nil {
-			return fmt.Errorf("write snapshot lease: %w", err)
-		}
+		return flush()
+	})
+	if err != nil {
+		return fmt.Errorf("write snapshot leases: %w", err)
 	}
-	e.Uvarint(uint64(len(v.queues)))
-	for _, q := range v.queues {
+	e.Uvarint(uint64(v.counts.queues))
+	err = v.eachRecord(tableQueue, v.counts.queues, func(b []byte) error {
+		q, err := loadQueue(v.store, b)
+		if err != nil {
+			return err
+		}
 		q.encode(e)
-		if err := flush(); err != nil {
-			return fmt.Errorf("write snapshot queue: %w", err)
-		}
+		return flush()
+	})
+	if err != nil {
+		return fmt.Errorf("write snapshot queues: %w", err)
 	}
-	e.Uvarint(uint64(len(v.clients)))
-	for _, c := range v.clients {
-		e.Fixed(c.id[:])
-		e.Uvarint(uint64(len(c.leaves)))
-		for _, t := range c.leaves {
-			e.Varint(t)
-		}
+	e.Uvarint(uint64(v.counts.clients))
+	err = v.eachRecord(tableClient, v.counts.clients, func(b []byte) error {
+		e.Fixed(b) // a client's record is its snapshot encoding
+		return flush()
+	})
+	if err != nil {
+		return fmt.Errorf("write snapshot clients: %w", err)
 	}
 	e.Uvarint(uint64(len(v.nodes)))
 	for _, n := range v.nodes {
 		n.encode(e)
 	}
 	if err := flush(); err != nil {
-		return fmt.Errorf("write snapshot clients and nodes: %w", err)
+		return fmt.Errorf("write snapshot nodes: %w", err)
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("flush snapshot: %w", err)
 	}
 	if _, err := w.Write(h.Sum(nil)); err != nil {
 		return fmt.Errorf("write snapshot checksum: %w", err)
+	}
+	return nil
+}
+
+// eachRecord calls fn with each record of a table, in key order, and
+// checks that there are as many as the state counts (a snapshot lists its
+// count first).
+func (v *view) eachRecord(table byte, want int64, fn func([]byte) error) error {
+	var n int64
+	var ferr error
+	lower, upper := tableBounds(table)
+	err := v.store.Scan(lower, upper, func(_, b []byte) bool {
+		n++
+		ferr = fn(b)
+		return ferr == nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case ferr != nil:
+		return ferr
+	case n != want:
+		return fmt.Errorf("the store holds %d records of table %q, the state counts %d", n, table, want)
 	}
 	return nil
 }
@@ -209,16 +229,7 @@ func (q *queue) encode(e *wire.Encoder) {
 	e.Fixed(q.read[:])
 	e.Uvarint(uint64(len(q.jobs)))
 	for _, j := range q.jobs {
-		e.Fixed(j.id[:])
-		e.String(j.key)
-		e.Blob(j.payload)
-		e.Byte(byte(j.status))
-		e.Varint(j.attempts)
-		e.Fixed(j.receipt[:])
-		e.Varint(j.createdAt)
-		e.Varint(j.updatedAt)
-		e.Varint(j.visibleAt)
-		e.Varint(j.completedAt)
+		j.encode(e)
 	}
 }
 
@@ -235,19 +246,8 @@ func (q *queue) decode(d *wire.Decoder) {
 	q.byID = make(map[secret.ID]int, n)
 	for i := 0; i < n && d.Err() == nil; i++ {
 		j := &job{}
-		d.Fixed(j.id[:])
-		j.key = d.String()
-		j.payload = d.Blob()
-		j.status = JobStatus(d.Byte())
-		j.attempts = d.Varint()
-		d.Fixed(j.receipt[:])
-		j.createdAt = d.Varint()
-		j.updatedAt = d.Varint()
-		j.visibleAt = d.Varint()
-		j.completedAt = d.Varint()
-		q.byKey[j.key] = i
-		q.byID[j.id] = i
-		q.jobs = append(q.jobs, j)
+		j.decode(d)
+		q.addJob(j)
 	}
 }
 
@@ -302,10 +302,7 @@ func decodeSnapshot(b []byte, sink snapshotSink) error {
 	}
 	for n := d.Len(); n > 0 && d.Err() == nil; n-- {
 		c := &client{}
-		d.Fixed(c.id[:])
-		for k := d.Len(); k > 0 && d.Err() == nil; k-- {
-			c.leaves = append(c.leaves, d.Varint())
-		}
+		c.decode(d)
 		sink.client(c)
 	}
 	for n := d.Len(); n > 0 && d.Err() == nil; n-- {
@@ -319,26 +316,102 @@ func decodeSnapshot(b []byte, sink snapshotSink) error {
 	return nil
 }
 
-// restoreSink fills a state from a snapshot.
-type restoreSink struct{ s *state }
+// restoreSink writes a snapshot's records into a store, with the timers
+// and counts derived from them.
+type restoreSink struct {
+	s *state // the scalars and directory, and the counts
+	w Writer
+	e *wire.Encoder
+}
 
-func (r restoreSink) header(clock int64, fencing uint64, settings Settings, level uint32) {
+func (r *restoreSink) header(clock int64, fencing uint64, settings Settings, level uint32) {
 	r.s.clock, r.s.fencing, r.s.settings, r.s.level = clock, fencing, settings, level
 }
-func (r restoreSink) lease(l *lease)   { r.s.leases[l.id] = l }
-func (r restoreSink) queue(q *queue)   { r.s.queues[q.id] = q }
-func (r restoreSink) client(c *client) { r.s.clients[c.id] = c }
-func (r restoreSink) node(n NodeInfo)  { r.s.nodes[n.ID] = n }
 
-// decodeState parses snapshot bytes into a fresh state with its timers rebuilt.
-func decodeState(b []byte) (*state, error) {
-	s := newState()
-	if err := decodeSnapshot(b, restoreSink{s}); err != nil {
-		return nil, err
+func (r *restoreSink) set(key []byte) {
+	must(r.w.Set(key, r.e.Bytes()))
+	r.e.Reset()
+}
+
+func (r *restoreSink) lease(l *lease) {
+	r.s.counts.leases++
+	r.s.counts.extraSlots += l.extraSlots()
+	l.encode(r.e, snapshotVersion)
+	r.set(leaseKey(l.id))
+	writeTimer(r.w, leaseTimer(l.id), l.absoluteExpiresAt)
+	if l.set != nil {
+		if h := l.set.earliest(); h != nil {
+			writeTimer(r.w, slotsTimer(l.id), h.expiresAt)
+		}
 	}
-	s.rebuildTimers()
-	if plantedFenceReset {
-		s.fencing = 0
+}
+
+func (r *restoreSink) queue(q *queue) {
+	r.s.counts.queues++
+	q.encodeHeader(r.e)
+	r.set(queueKey(q.id))
+	writeTimer(r.w, queueTimer(q.id), q.expiresAt)
+	for i, j := range q.jobs {
+		j.encode(r.e)
+		r.set(jobKey(q.id, i))
+		if j.status == JobClaimedStatus {
+			writeTimer(r.w, claimTimer(q.id, j.id), j.visibleAt)
+		}
+	}
+}
+
+func (r *restoreSink) client(c *client) {
+	if len(c.leaves) == 0 {
+		return // a record without entries is removed at once, as rearmClient does
+	}
+	r.s.counts.clients++
+	c.encode(r.e)
+	r.set(clientKey(c.id))
+	writeTimer(r.w, clientTimer(c.id), slices.Min(c.leaves))
+}
+
+func (r *restoreSink) node(n NodeInfo) {
+	r.s.nodes[n.ID] = n
+	n.encode(r.e)
+	r.set(nodeKey(n.ID))
+}
+
+// writeTimer arms a timer in a store being filled.
+func writeTimer(w Writer, k timerKey, at int64) {
+	must(w.Set(timerIndexKey(at, k), nil))
+	if k.kind != timerLease {
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], uint64(at))
+		must(w.Set(armedKey(k), v[:]))
+	}
+}
+
+// restoreInto replaces the contents of store by the state snapshot bytes
+// b hold, and returns that state.
+func restoreInto(store Store, b []byte) (*state, error) {
+	s := newState(store)
+	err := store.Replace(0, func(w Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				se, ok := p.(*StoreError)
+				if !ok {
+					panic(p)
+				}
+				err = se
+			}
+		}()
+		if err := decodeSnapshot(b, &restoreSink{s: s, w: w, e: wire.NewEncoder(nil)}); err != nil {
+			return err
+		}
+		if plantedFenceReset {
+			s.fencing = 0
+		}
+		e := wire.NewEncoder(nil)
+		s.encodeMeta(e)
+		return w.Set(metaKey, e.Bytes())
+	})
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -357,38 +430,16 @@ func (m *summarySink) queue(q *queue) { m.sum.countQueue(&m.st, q, m.sum.ClockUn
 func (m *summarySink) client(*client) {}
 func (m *summarySink) node(NodeInfo)  { m.sum.Nodes++ }
 
-// rebuildTimers derives the timer index from the records.
-func (s *state) rebuildTimers() {
-	s.timers = newTimers()
-	s.timers.leases = make(leaseHeap, 0, len(s.leases))
-	s.extraSlots = 0
-	for id, l := range s.leases {
-		s.timers.leases = append(s.timers.leases, leaseExpiry{at: l.absoluteExpiresAt, id: id})
-		if l.set != nil {
-			s.extraSlots += l.extraSlots()
-			s.rearmSlots(l)
-		}
-	}
-	s.timers.leases.init()
-	for id, q := range s.queues {
-		s.timers.set(queueTimer(id), q.expiresAt)
-		for _, j := range q.jobs {
-			if j.status == JobClaimedStatus {
-				s.timers.set(claimTimer(id, j.id), j.visibleAt)
-			}
-		}
-	}
-	for _, c := range s.clients {
-		s.rearmClient(c)
-	}
-}
-
 type fsmSnapshot struct{ v *view }
 
-// Snapshot captures the state in O(records) pointer copies; encoding happens
-// in Persist, concurrently with Apply.
+// Snapshot takes a view of the store; encoding happens in Persist,
+// concurrently with Apply.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{v: f.capture()}, nil
+	v, err := f.capture()
+	if err != nil {
+		return nil, err
+	}
+	return &fsmSnapshot{v: v}, nil
 }
 
 // Persist writes the snapshot to the sink.
@@ -404,32 +455,34 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 // Release implements raft.FSMSnapshot.
-func (s *fsmSnapshot) Release() {}
+func (s *fsmSnapshot) Release() { _ = s.v.store.Close() }
 
 // Restore replaces the whole state with the snapshot's. Readers see either
-// the old state or the new one, never a mix.
+// the old state or the new one, never a mix; the store holds either too.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	b, err := io.ReadAll(rc)
 	if err != nil {
 		return fmt.Errorf("read snapshot: %w", err)
 	}
-	s, err := decodeState(b)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, err := restoreInto(f.st.store, b)
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
 	f.st = s
 	f.level.Store(s.level)
-	f.mu.Unlock()
 	return nil
 }
 
 // SnapshotBytes returns the canonical snapshot encoding of the current state.
 func (f *FSM) SnapshotBytes() []byte {
+	v, err := f.capture()
+	must(err)
+	defer v.store.Close()
 	var buf bytes.Buffer
-	// Writing to a bytes.Buffer cannot fail.
-	_ = f.capture().writeTo(&buf)
+	must(v.writeTo(&buf))
 	return buf.Bytes()
 }
 

@@ -1,16 +1,19 @@
 package fsm
 
 import (
-	"bytes"
-	"container/heap"
+	"encoding/binary"
+	"fmt"
 
 	"github.com/holdfast/holdfast/internal/secret"
+	"github.com/holdfast/holdfast/internal/wire"
 )
 
-// Records are copy-on-write: a record whose epoch is older than the state's
-// epoch may be referenced by a snapshot being persisted, so it is cloned
-// before its first change in the new epoch. Snapshot only bumps the epoch
-// and copies the top-level maps, which keeps it fast.
+// Records live in the state's store (see store.go for the layout). While a
+// batch of entries is applied, the records it reads are decoded into the
+// state's caches, changed there in place and marked dirty; at the batch's
+// end the dirty ones are encoded into the store's batch, which commits with
+// the index of the batch's last entry. The caches keep a bounded number of
+// records between batches: they save decoding, and decide nothing.
 
 type leaseState uint8
 
@@ -21,7 +24,6 @@ const (
 )
 
 type lease struct {
-	epoch             uint64
 	id                secret.Hash
 	fingerprint       secret.Hash
 	owner             secret.Hash // zero unless held
@@ -36,13 +38,11 @@ type lease struct {
 	// owner is in the fields above.
 	set *slotSet
 	// checkpoint is the last progress a holder stored; nil for none. It is
-	// replaced whole, never changed, so records of two epochs (and results)
-	// may share it.
+	// replaced whole, never changed, so results may share it.
 	checkpoint *Checkpoint
 }
 
 type queue struct {
-	epoch     uint64
 	id        secret.ID
 	createdAt int64
 	expiresAt int64
@@ -57,10 +57,11 @@ type queue struct {
 	settled int
 	byKey   map[string]int
 	byID    map[secret.ID]int
+	// dirty lists the jobs (by index) changed in the open batch.
+	dirty []int
 }
 
 type job struct {
-	epoch       uint64
 	id          secret.ID
 	key         string
 	payload     []byte
@@ -77,13 +78,55 @@ type job struct {
 // time that creation leaves the window, fixed when it is made, so the record
 // alone (not the settings of the day) decides when it expires.
 type client struct {
-	epoch  uint64
 	id     secret.Hash
 	leaves []int64
 }
 
-// state is the replicated state. Everything but epoch and timers is part of
-// the snapshot; timers are derived from the records on restore.
+// counts are the sizes the limits and snapshots need without a scan.
+type counts struct {
+	leases  int64 // lease records
+	queues  int64 // queue records
+	clients int64 // client records
+	// extraSlots counts held slots beyond the first of each multi-slot
+	// key, which count toward max_leases besides the records.
+	extraSlots int64
+}
+
+// records is one table's cache: decoded records by id, and which of them
+// the open batch changed (true) or removed (false). A removed record stays
+// in the cache as nil until the batch ends.
+type records[K comparable, R any] struct {
+	cache map[K]R
+	dirty map[K]bool
+	limit int
+}
+
+func newRecords[K comparable, R any](limit int) records[K, R] {
+	return records[K, R]{cache: make(map[K]R), dirty: make(map[K]bool), limit: limit}
+}
+
+// trim keeps the cache within its limit between batches. Which records
+// go is of no consequence but speed: the store holds them all.
+func (r *records[K, R]) trim() {
+	if len(r.cache) <= r.limit {
+		return
+	}
+	for k := range r.cache {
+		delete(r.cache, k)
+		if len(r.cache) <= r.limit*3/4 {
+			return
+		}
+	}
+}
+
+// Cache limits, in records, between batches.
+const (
+	leaseCacheLimit  = 1 << 16
+	queueCacheLimit  = 1 << 10
+	clientCacheLimit = 1 << 12
+)
+
+// state is the replicated state: the scalars here, the records in the store.
 type state struct {
 	// quiet is set while applying an entry whose result no caller waits
 	// for (see FSM.ProposingIn): the answers' views are not built. It
@@ -93,27 +136,31 @@ type state struct {
 	fencing  uint64
 	settings Settings
 	level    uint32 // the active cluster level
-	leases   map[secret.Hash]*lease
-	queues   map[secret.ID]*queue
-	clients  map[secret.Hash]*client
-	nodes    map[string]NodeInfo // values, so a snapshot copies them
-	timers   timers
-	epoch    uint64
-	// extraSlots counts held slots beyond the first of each multi-slot key,
-	// which count toward max_leases besides the records. It is derived from
-	// the records.
-	extraSlots int64
+	counts   counts
+	nodes    map[string]NodeInfo // every entry, also in the store
+	// nodesDirty is set when the open batch changed the directory.
+	nodesDirty bool
+
+	store Store
+	// b is the open apply batch; nil between batches.
+	b       StoreBatch
+	leases  records[secret.Hash, *lease]
+	queues  records[secret.ID, *queue]
+	clients records[secret.Hash, *client]
+	timers  timers
 }
 
-func newState() *state {
-	return &state{
+func newState(store Store) *state {
+	s := &state{
 		settings: DefaultSettings(),
-		leases:   make(map[secret.Hash]*lease),
-		queues:   make(map[secret.ID]*queue),
-		clients:  make(map[secret.Hash]*client),
 		nodes:    make(map[string]NodeInfo),
-		timers:   newTimers(),
+		store:    store,
+		leases:   newRecords[secret.Hash, *lease](leaseCacheLimit),
+		queues:   newRecords[secret.ID, *queue](queueCacheLimit),
+		clients:  newRecords[secret.Hash, *client](clientCacheLimit),
 	}
+	s.timers = timers{s}
+	return s
 }
 
 // advance moves the state clock to the command's time if that is later.
@@ -126,65 +173,180 @@ func (s *state) advance(now int64) {
 	}
 }
 
+// reader is what lookups read: the open batch, or the committed store.
+func (s *state) reader() Reader {
+	if s.b != nil {
+		return s.b
+	}
+	return s.store
+}
+
+// lookup finds a record in the cache or the store. Only within a batch
+// does it cache what it decoded: readers between batches share the cache
+// under a read lock and must not change it.
+func lookup[K comparable, R any](s *state, r *records[K, R], id K, key []byte, decode func([]byte) (R, error)) R {
+	if rec, ok := r.cache[id]; ok {
+		return rec
+	}
+	var zero R
+	v, ok, err := s.reader().Get(key)
+	if err != nil {
+		s.failRead(err)
+		return zero
+	}
+	if !ok {
+		return zero
+	}
+	rec, err := decode(v)
+	if err != nil {
+		s.failRead(fmt.Errorf("record %x: %w", key, err))
+		return zero
+	}
+	if s.b != nil {
+		r.cache[id] = rec
+	}
+	return rec
+}
+
+// failRead handles a record the store could not give back. Within a batch
+// the node must stop (a replica that cannot read its state must not go on
+// applying); a reader between batches panics the same way, as the node
+// must not serve a state it cannot read.
+func (s *state) failRead(err error) { must(err) }
+
+func (s *state) lease(id secret.Hash) *lease {
+	return lookup(s, &s.leases, id, leaseKey(id), decodeLease)
+}
+
+func (s *state) queue(id secret.ID) *queue {
+	return lookup(s, &s.queues, id, queueKey(id), s.loadQueue)
+}
+
+func (s *state) client(id secret.Hash) *client {
+	return lookup(s, &s.clients, id, clientKey(id), decodeClient)
+}
+
+// putLease adds or marks changed a lease record of the open batch.
+func (s *state) putLease(l *lease) {
+	s.leases.cache[l.id] = l
+	s.leases.dirty[l.id] = true
+}
+
 func (s *state) mutLease(l *lease) *lease {
-	if l.epoch == s.epoch {
-		return l
-	}
-	c := *l
-	c.epoch = s.epoch
-	if l.set != nil {
-		c.set = l.set.clone()
-	}
-	s.leases[c.id] = &c
-	return &c
+	s.putLease(l)
+	return l
 }
 
 func (s *state) mutQueue(q *queue) *queue {
-	if q.epoch == s.epoch {
-		return q
-	}
-	c := *q
-	c.epoch = s.epoch
-	c.jobs = append(make([]*job, 0, cap(q.jobs)), q.jobs...)
-	c.byKey = make(map[string]int, len(q.byKey))
-	for k, v := range q.byKey {
-		c.byKey[k] = v
-	}
-	c.byID = make(map[secret.ID]int, len(q.byID))
-	for k, v := range q.byID {
-		c.byID[k] = v
-	}
-	s.queues[c.id] = &c
-	return &c
+	s.queues.cache[q.id] = q
+	s.queues.dirty[q.id] = true
+	return q
 }
 
-// mutJob returns a writable job at index i of q, which must itself be writable.
+// mutJob returns job i of q, which must itself be writable, marked changed.
 func (s *state) mutJob(q *queue, i int) *job {
-	j := q.jobs[i]
-	if j.epoch == s.epoch {
-		return j
-	}
-	c := *j
-	c.epoch = s.epoch
-	q.jobs[i] = &c
-	return &c
+	q.dirty = append(q.dirty, i)
+	return q.jobs[i]
 }
 
 func (s *state) mutClient(c *client) *client {
-	if c.epoch == s.epoch {
-		return c
+	s.clients.cache[c.id] = c
+	s.clients.dirty[c.id] = true
+	return c
+}
+
+// removeLease removes a lease record in the open batch.
+func (s *state) removeLease(id secret.Hash) {
+	s.leases.cache[id] = nil
+	s.leases.dirty[id] = false
+	s.counts.leases--
+}
+
+func (s *state) removeQueue(q *queue) {
+	s.queues.cache[q.id] = nil
+	s.queues.dirty[q.id] = false
+	s.counts.queues--
+	for i := range q.jobs {
+		must(s.b.Delete(jobKey(q.id, i)))
 	}
-	n := *c
-	n.epoch = s.epoch
-	n.leaves = append([]int64(nil), c.leaves...)
-	s.clients[n.id] = &n
-	return &n
+}
+
+func (s *state) removeClient(id secret.Hash) {
+	s.clients.cache[id] = nil
+	s.clients.dirty[id] = false
+	s.counts.clients--
+}
+
+// begin opens a batch of the store.
+func (s *state) begin() { s.b = s.store.Begin() }
+
+// commit writes the open batch's changes and commits it at index.
+func (s *state) commit(index uint64) {
+	s.flush(s.b)
+	must(s.b.Commit(index))
+	s.b = nil
+	s.leases.trim()
+	s.queues.trim()
+	s.clients.trim()
+}
+
+// flush encodes the dirty records and the scalars into w.
+func (s *state) flush(w Writer) {
+	e := wire.NewEncoder(make([]byte, 0, 1024))
+	for id, live := range s.leases.dirty {
+		if l := s.leases.cache[id]; live && l != nil {
+			e.Reset()
+			l.encode(e, snapshotVersion)
+			must(w.Set(leaseKey(id), e.Bytes()))
+		} else {
+			must(w.Delete(leaseKey(id)))
+			delete(s.leases.cache, id)
+		}
+		delete(s.leases.dirty, id)
+	}
+	for id, live := range s.queues.dirty {
+		if q := s.queues.cache[id]; live && q != nil {
+			e.Reset()
+			q.encodeHeader(e)
+			must(w.Set(queueKey(id), e.Bytes()))
+			for _, i := range q.dirty {
+				e.Reset()
+				q.jobs[i].encode(e)
+				must(w.Set(jobKey(id, i), e.Bytes()))
+			}
+			q.dirty = q.dirty[:0]
+		} else {
+			must(w.Delete(queueKey(id)))
+			delete(s.queues.cache, id)
+		}
+		delete(s.queues.dirty, id)
+	}
+	for id, live := range s.clients.dirty {
+		if c := s.clients.cache[id]; live && c != nil {
+			e.Reset()
+			c.encode(e)
+			must(w.Set(clientKey(id), e.Bytes()))
+		} else {
+			must(w.Delete(clientKey(id)))
+			delete(s.clients.cache, id)
+		}
+		delete(s.clients.dirty, id)
+	}
+	if s.nodesDirty {
+		s.writeNodes(w)
+		s.nodesDirty = false
+	}
+	e.Reset()
+	s.encodeMeta(e)
+	must(w.Set(metaKey, e.Bytes()))
 }
 
 // Timers index every future deadline held in the state so that a sweep
-// finds due work without scanning, and so the leader can ask when the next
-// sweep is needed. Ordering is total (time, kind, key), so the order in which
-// due timers are handled never depends on heap layout or insertion order.
+// finds due work without scanning the records, and so the leader can ask
+// when the next sweep is needed. They live in the store as keys ordered by
+// (time, kind, key), a total order, so the order in which due timers are
+// handled never depends on anything but the state. A timer other than a
+// lease's lifecycle end can move, so its armed time is kept beside it.
 
 type timerKind uint8
 
@@ -218,192 +380,84 @@ func claimTimer(q, j secret.ID) timerKey {
 }
 
 type timer struct {
-	at    int64
-	key   timerKey
-	index int
+	at  int64
+	key timerKey
 }
 
-// timerLess is the timers' total order: time, kind, key.
-func timerLess(a, b *timer) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	if a.key.kind != b.key.kind {
-		return a.key.kind < b.key.kind
-	}
-	if c := bytes.Compare(a.key.a[:], b.key.a[:]); c != 0 {
-		return c < 0
-	}
-	return bytes.Compare(a.key.b[:], b.key.b[:]) < 0
-}
+// timers reads and writes the timer index of the state's open batch.
+type timers struct{ s *state }
 
-type timerHeap []*timer
-
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return timerLess(h[i], h[j]) }
-func (h timerHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-func (h *timerHeap) Push(x any) {
-	t := x.(*timer)
-	t.index = len(*h)
-	*h = append(*h, t)
-}
-func (h *timerHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	t.index = -1
-	return t
-}
-
-// leaseExpiry is the end of one lease record's lifecycle. Lease timers are
-// by far the most numerous, and a record's lifecycle end never moves, so
-// they live apart in a heap of plain values without an index (about a fifth
-// of the memory of an indexed timer). An entry whose record was replaced (a
-// key acquired again after its lifecycle ended, before a sweep removed the
-// old record) is stale: it is dropped when it reaches the top, which no
-// result depends on, so a replica rebuilt from a snapshot without the stale
-// entries handles the same timers in the same order.
-type leaseExpiry struct {
-	at int64
-	id secret.Hash
-}
-
-func (e leaseExpiry) timer() timer { return timer{at: e.at, key: leaseTimer(e.id)} }
-
-func (e leaseExpiry) less(o leaseExpiry) bool {
-	if e.at != o.at {
-		return e.at < o.at
-	}
-	return bytes.Compare(e.id[:], o.id[:]) < 0
-}
-
-// leaseHeap is a binary min-heap of lifecycle ends, kept by hand so that a
-// push does not box its value.
-type leaseHeap []leaseExpiry
-
-func (h *leaseHeap) push(e leaseExpiry) {
-	*h = append(*h, e)
-	h.up(len(*h) - 1)
-}
-
-func (h *leaseHeap) pop() {
-	old := *h
-	n := len(old) - 1
-	old[0] = old[n]
-	*h = old[:n]
-	h.down(0)
-	if c := cap(*h); c > 4096 && n < c/4 {
-		*h = append(make(leaseHeap, 0, 2*n), *h...) // give back what a drained heap held
-	}
-}
-
-// init orders entries appended in any order.
-func (h leaseHeap) init() {
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-}
-
-func (h leaseHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h[i].less(h[p]) {
-			return
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (h leaseHeap) down(i int) {
-	for {
-		c := 2*i + 1
-		if c >= len(h) {
-			return
-		}
-		if r := c + 1; r < len(h) && h[r].less(h[c]) {
-			c = r
-		}
-		if !h[c].less(h[i]) {
-			return
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
-	}
-}
-
-type timers struct {
-	h      timerHeap
-	byKey  map[timerKey]*timer
-	leases leaseHeap
-}
-
-func newTimers() timers { return timers{byKey: make(map[timerKey]*timer)} }
-
-// set arms the timer for k at time at, moving it if it exists. Lease
+// set arms the timer for k at time at, moving it if it is armed. Lease
 // lifecycle ends go through setLease instead.
-func (t *timers) set(k timerKey, at int64) {
-	if tm, ok := t.byKey[k]; ok {
-		tm.at = at
-		heap.Fix(&t.h, tm.index)
-		return
+func (t timers) set(k timerKey, at int64) {
+	b := t.s.b
+	ak := armedKey(k)
+	old, ok, err := b.Get(ak)
+	must(err)
+	if ok && len(old) == 8 {
+		prev := int64(binary.BigEndian.Uint64(old))
+		if prev == at {
+			return
+		}
+		must(b.Delete(timerIndexKey(prev, k)))
 	}
-	tm := &timer{at: at, key: k}
-	t.byKey[k] = tm
-	heap.Push(&t.h, tm)
-}
-
-// setLease arms the lifecycle end of a new lease record.
-func (t *timers) setLease(id secret.Hash, at int64) {
-	t.leases.push(leaseExpiry{at: at, id: id})
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], uint64(at))
+	must(b.Set(timerIndexKey(at, k), nil))
+	must(b.Set(ak, v[:]))
 }
 
 // cancel disarms the timer for k, if armed.
-func (t *timers) cancel(k timerKey) {
-	if tm, ok := t.byKey[k]; ok {
-		heap.Remove(&t.h, tm.index)
-		delete(t.byKey, k)
+func (t timers) cancel(k timerKey) {
+	b := t.s.b
+	ak := armedKey(k)
+	old, ok, err := b.Get(ak)
+	must(err)
+	if !ok {
+		return
 	}
+	if len(old) == 8 {
+		must(b.Delete(timerIndexKey(int64(binary.BigEndian.Uint64(old)), k)))
+	}
+	must(b.Delete(ak))
 }
 
-// next drops stale lease entries from the top (live says whether an entry
-// is its record's), then returns the earliest timer.
-func (t *timers) next(live func(leaseExpiry) bool) (timer, bool) {
-	for len(t.leases) > 0 && !live(t.leases[0]) {
-		t.leases.pop()
-	}
-	return t.peek()
+// setLease arms the lifecycle end of a new lease record; it never moves.
+func (t timers) setLease(id secret.Hash, at int64) {
+	must(t.s.b.Set(timerIndexKey(at, leaseTimer(id)), nil))
 }
 
-// peek returns the earliest timer, stale lease entries included (they are
-// due, so at worst a sweep is asked for early). It changes nothing.
-func (t *timers) peek() (timer, bool) {
-	switch {
-	case len(t.h) == 0 && len(t.leases) == 0:
-		return timer{}, false
-	case len(t.leases) == 0:
-		return *t.h[0], true
-	}
-	l := t.leases[0].timer()
-	if len(t.h) == 0 || timerLess(&l, t.h[0]) {
-		return l, true
-	}
-	return *t.h[0], true
+// cancelLease disarms the lifecycle end of a lease record removed.
+func (t timers) cancelLease(id secret.Hash, at int64) {
+	must(t.s.b.Delete(timerIndexKey(at, leaseTimer(id))))
+}
+
+// next returns the earliest timer of the open batch.
+func (t timers) next() (timer, bool) {
+	tm, ok, err := firstTimer(t.s.b)
+	must(err)
+	return tm, ok
+}
+
+// firstTimer returns the earliest timer r holds.
+func firstTimer(r Reader) (timer, bool, error) {
+	var tm timer
+	var ok bool
+	lower, upper := tableBounds(tableTimer)
+	err := r.Scan(lower, upper, func(k, _ []byte) bool {
+		tm, ok = parseTimerIndexKey(k)
+		return false
+	})
+	return tm, ok, err
 }
 
 // pop removes the timer next returned.
-func (t *timers) pop(tm timer) {
+func (t timers) pop(tm timer) {
 	if tm.key.kind == timerLease {
-		t.leases.pop()
+		t.cancelLease(secret.Hash(tm.key.a), tm.at)
 		return
 	}
-	heap.Pop(&t.h)
-	delete(t.byKey, tm.key)
+	t.cancel(tm.key)
 }
 
 func secondsToMillis(s int64) int64 { return s * 1000 }

@@ -10,7 +10,7 @@ func (s *state) applySweep(c *Sweep) SweepResult {
 	limit := max(c.Limit, 1)
 	var work int64
 	for {
-		tm, ok := s.timers.next(s.liveExpiry)
+		tm, ok := s.timers.next()
 		if !ok || tm.at > s.clock {
 			return r
 		}
@@ -39,14 +39,8 @@ func (s *state) applySweep(c *Sweep) SweepResult {
 	}
 }
 
-// liveExpiry says whether e is the lifecycle end of its key's current record.
-func (s *state) liveExpiry(e leaseExpiry) bool {
-	l := s.leases[e.id]
-	return l != nil && l.absoluteExpiresAt == e.at
-}
-
 func (s *state) sweepLease(id secret.Hash, r *SweepResult) {
-	if l := s.leases[id]; l != nil && l.absoluteExpiresAt <= s.clock {
+	if l := s.lease(id); l != nil && l.absoluteExpiresAt <= s.clock {
 		s.dropLease(l)
 		r.LeasesRemoved++
 	}
@@ -55,7 +49,7 @@ func (s *state) sweepLease(id secret.Hash, r *SweepResult) {
 // sweepQueue removes an expired queue and disarms its claim timers. It
 // returns the extra work done.
 func (s *state) sweepQueue(id secret.ID, r *SweepResult) int64 {
-	q := s.queues[id]
+	q := s.queue(id)
 	if q == nil || q.expiresAt > s.clock {
 		return 0
 	}
@@ -66,13 +60,13 @@ func (s *state) sweepQueue(id secret.ID, r *SweepResult) int64 {
 			work++
 		}
 	}
-	delete(s.queues, id)
+	s.removeQueue(q)
 	r.QueuesRemoved++
 	return work
 }
 
 func (s *state) sweepClaim(qid, jid secret.ID, r *SweepResult) {
-	q := s.queues[qid]
+	q := s.queue(qid)
 	if q == nil {
 		return
 	}
@@ -93,7 +87,7 @@ func (s *state) sweepClaim(qid, jid secret.ID, r *SweepResult) {
 }
 
 func (s *state) sweepClient(id secret.Hash, r *SweepResult) {
-	cl := s.clients[id]
+	cl := s.client(id)
 	if cl == nil {
 		return
 	}

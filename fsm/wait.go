@@ -42,7 +42,7 @@ func (f *FSM) AcquireWait(c *LeaseAcquire, nodeNow int64) (held LeaseResult, rea
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	now := f.st.readNow(nodeNow)
-	l := f.st.leases[c.Lease]
+	l := f.st.lease(c.Lease)
 	if l != nil && l.set != nil && now < l.absoluteExpiresAt && l.fingerprint.Equal(c.Fingerprint) {
 		return slotsWait(l, c, now)
 	}

@@ -1,21 +1,3 @@
-// Package statestore keeps the state machine's records on disk, in pebble,
-// with the Raft log as their write-ahead log.
-//
-// A Store is one pebble database without a write-ahead log of its own.
-// Each batch of applied log entries is committed as one pebble batch that
-// also records the index of the last entry in it, and nothing is synced on
-// a commit: what a crash or a power loss takes away is a suffix of the
-// batches, and the applied index taken away with it tells the node where
-// to replay the Raft log from. Flush makes every committed batch durable;
-// the node flushes before the Raft log is compacted past the store's
-// applied index, and when it stops.
-//
-// On disk, the store's root directory holds the file CURRENT, which names
-// the live database directory (store-NNNNNN) beside it. Install swaps in
-// a whole new database (a snapshot received from the leader) by writing
-// CURRENT anew through a synced rename, so a crash at any moment of it
-// leaves either the old database or the new one; Open removes whichever
-// directory CURRENT does not name.
 package statestore
 
 import (
@@ -27,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/go-hclog"
@@ -86,7 +69,7 @@ type Store struct {
 	name    string // the live database's directory, under root
 	opts    Options
 	db      *pebble.DB
-	applied uint64 // as of the last commit or open
+	applied atomic.Uint64 // as of the last commit or open
 }
 
 // Open opens the store under root, making an empty one if there is none.
@@ -123,9 +106,9 @@ func (s *Store) create() error {
 	if err := s.open(true); err != nil {
 		return err
 	}
-	if s.applied != 0 {
+	if a := s.applied.Load(); a != 0 {
 		_ = s.db.Close()
-		return fmt.Errorf("open state store: %s holds a database at index %d but no %s", s.root, s.applied, currentFile)
+		return fmt.Errorf("open state store: %s holds a database at index %d but no %s", s.root, a, currentFile)
 	}
 	if err := atomicfile.SyncDir(s.root); err != nil {
 		_ = s.db.Close()
@@ -217,9 +200,9 @@ func (s *Store) open(create bool) error {
 		return fmt.Errorf("open state store %s: %w", dir, err)
 	}
 	s.db = db
-	s.applied = 0
+	s.applied.Store(0)
 	if ok {
-		s.applied = binary.BigEndian.Uint64(v)
+		s.applied.Store(binary.BigEndian.Uint64(v))
 	}
 	return nil
 }
@@ -229,7 +212,7 @@ func (s *Store) Dir() string { return filepath.Join(s.root, s.name) }
 
 // Applied is the index of the last log entry whose batch was committed,
 // or after Open, the last one that was durable.
-func (s *Store) Applied() uint64 { return s.applied }
+func (s *Store) Applied() uint64 { return s.applied.Load() }
 
 // Get returns a copy of the committed value of key.
 func (s *Store) Get(key []byte) ([]byte, bool, error) {
@@ -381,8 +364,8 @@ func (b *Batch) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
 // batch without syncing it. The batch is done with either way.
 func (b *Batch) Commit(index uint64) error {
 	defer b.b.Close()
-	if index <= b.s.applied {
-		return fmt.Errorf("state store: commit index %d, but %d is applied already", index, b.s.applied)
+	if a := b.s.applied.Load(); index <= a {
+		return fmt.Errorf("state store: commit index %d, but %d is applied already", index, a)
 	}
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], index)
@@ -392,12 +375,127 @@ func (b *Batch) Commit(index uint64) error {
 	if err := b.b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("state store: commit: %w", err)
 	}
-	b.s.applied = index
+	b.s.applied.Store(index)
 	return nil
 }
 
 // Discard drops the batch's writes.
 func (b *Batch) Discard() { _ = b.b.Close() }
+
+// View is a consistent, read-only view of the committed state.
+type View struct{ snap *pebble.Snapshot }
+
+// View returns a view of the state as committed now, which later commits
+// do not change. Close it when done: until then pebble keeps what it
+// needs.
+func (s *Store) View() (*View, error) { return &View{snap: s.db.NewSnapshot()}, nil }
+
+// Get returns a copy of key's value in the view.
+func (v *View) Get(key []byte) ([]byte, bool, error) { return get(v.snap, key) }
+
+// Scan calls fn for each key of the view in [lower, upper), in order,
+// until fn returns false.
+func (v *View) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return scan(v.snap, lower, upper, fn)
+}
+
+// Close releases the view.
+func (v *View) Close() error {
+	if err := v.snap.Close(); err != nil {
+		return fmt.Errorf("state store: close a view: %w", err)
+	}
+	return nil
+}
+
+// Writer fills a database for Replace, committing as it goes.
+type Writer struct {
+	db *pebble.DB
+	b  *pebble.Batch
+}
+
+// replaceBatchBytes is how much a Writer gathers before it commits.
+const replaceBatchBytes = 4 << 20
+
+// Set writes key's value.
+func (w *Writer) Set(key, value []byte) error {
+	if len(key) == 0 || key[0] == 0 {
+		return ErrReservedKey
+	}
+	if err := w.b.Set(key, value, nil); err != nil {
+		return fmt.Errorf("state store: set: %w", err)
+	}
+	return w.maybeCommit()
+}
+
+// Delete removes key.
+func (w *Writer) Delete(key []byte) error {
+	if len(key) == 0 || key[0] == 0 {
+		return ErrReservedKey
+	}
+	if err := w.b.Delete(key, nil); err != nil {
+		return fmt.Errorf("state store: delete: %w", err)
+	}
+	return w.maybeCommit()
+}
+
+func (w *Writer) maybeCommit() error {
+	if w.b.Len() < replaceBatchBytes {
+		return nil
+	}
+	if err := w.b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("state store: fill: %w", err)
+	}
+	w.b.Reset()
+	return nil
+}
+
+// Replace makes the store hold exactly what fill writes, as of the log
+// index given, and nothing else: it fills a new database beside the live
+// one and installs it (see Install), so a crash at any moment leaves the
+// old contents or the new ones. An error from fill leaves the old.
+func (s *Store) Replace(index uint64, fill func(w *Writer) error) error {
+	dir, err := s.InstallDir()
+	if err != nil {
+		return err
+	}
+	if err := fillDir(dir, s.opts, index, fill); err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("state store: replace: %w", err)
+	}
+	return s.Install(dir)
+}
+
+// fillDir makes a database in dir holding what fill writes and the applied
+// index, flushed and closed.
+func fillDir(dir string, opts Options, index uint64, fill func(w *Writer) error) error {
+	db, err := pebble.Open(dir, &pebble.Options{
+		MemTableSize:       opts.MemTableBytes,
+		DisableWAL:         true,
+		FormatMajorVersion: FormatVersion,
+		Logger:             pebbleLogger{opts.Logger},
+	})
+	if err != nil {
+		return err
+	}
+	w := &Writer{db: db, b: db.NewBatch()}
+	err = fill(w)
+	if err == nil {
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], index)
+		err = w.b.Set(appliedKey, v[:], nil)
+	}
+	if err == nil {
+		err = w.b.Commit(pebble.NoSync)
+	}
+	_ = w.b.Close()
+	if err == nil {
+		err = db.Flush()
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 // reader is what pebble's DB and indexed Batch share.
 type reader interface {

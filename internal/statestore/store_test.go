@@ -337,3 +337,62 @@ func TestOpenRefusesAMissingDatabase(t *testing.T) {
 		t.Fatal("a CURRENT naming a missing database opened an empty store")
 	}
 }
+
+func TestViewKeepsItsState(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer s.Close()
+	commit(t, s, 1, "a", "1")
+	v, err := s.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit(t, s, 2, "a", "2", "b", "2")
+	if got, want := fmt.Sprint(keys(t, v.Scan, "a", "z")), "[a=1]"; got != want {
+		t.Fatalf("the view shows %s after a later commit, want %s", got, want)
+	}
+	if got, _ := mustGet(t, v.Get, "a"); got != "1" {
+		t.Fatalf("the view reads a = %q, want 1", got)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReplace(t *testing.T) {
+	root := t.TempDir()
+	s := openT(t, root)
+	commit(t, s, 9, "old", "1")
+	boom := errors.New("boom")
+	if err := s.Replace(0, func(w *Writer) error {
+		if err := w.Set([]byte("new"), []byte("x")); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("a failed fill: %v", err)
+	}
+	if got := fmt.Sprint(keys(t, s.Scan, "a", "z")); got != "[old=1]" || s.Applied() != 9 {
+		t.Fatalf("after a failed fill the store holds %s at %d", got, s.Applied())
+	}
+	big := bytes.Repeat([]byte("v"), 1<<20)
+	if err := s.Replace(0, func(w *Writer) error {
+		for i := range 10 { // more than one commit of the filling
+			if err := w.Set(fmt.Appendf(nil, "new%d", i), big); err != nil {
+				return err
+			}
+		}
+		return w.Delete([]byte("new9"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(keys(t, s.Scan, "a", "z")); n != 9 || s.Applied() != 0 {
+		t.Fatalf("after Replace the store holds %d keys at %d, want 9 at 0", n, s.Applied())
+	}
+	commit(t, s, 1, "next", "1")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dirNames(t, root); got != "[CURRENT store-000002]" {
+		t.Fatalf("after Replace the root holds %s", got)
+	}
+}

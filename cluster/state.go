@@ -1,0 +1,95 @@
+package cluster
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/statestore"
+)
+
+// StateDir is the directory under the data directory that holds the
+// state machine's records (internal/statestore).
+const StateDir = "state"
+
+// stateStore is the state store as the state machine sees it.
+type stateStore struct{ s *statestore.Store }
+
+var _ fsm.Store = stateStore{}
+
+func (a stateStore) Get(key []byte) ([]byte, bool, error) { return a.s.Get(key) }
+
+func (a stateStore) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return a.s.Scan(lower, upper, fn)
+}
+
+func (a stateStore) Begin() fsm.StoreBatch { return a.s.Begin() }
+
+func (a stateStore) Applied() uint64 { return a.s.Applied() }
+
+func (a stateStore) View() (fsm.View, error) { return a.s.View() }
+
+func (a stateStore) Replace(index uint64, fill func(w fsm.Writer) error) error {
+	return a.s.Replace(index, func(w *statestore.Writer) error { return fill(w) })
+}
+
+// openState opens the state store under the data directory and the state
+// machine on it.
+func (n *Node) openState() error {
+	st, err := statestore.Open(filepath.Join(n.cfg.DataDir, StateDir), statestore.Options{Logger: n.cfg.Logger.Named("state")})
+	if err != nil {
+		return err
+	}
+	f, err := fsm.Open(stateStore{st})
+	if err != nil {
+		_ = st.Close()
+		return err
+	}
+	n.state, n.fsm = st, f
+	return nil
+}
+
+// stateIsCurrent reports whether the state store holds every entry of the
+// newest snapshot, so Raft need not restore it at start: the log after it
+// is applied again, and the state machine skips what the store has.
+func (n *Node) stateIsCurrent() (bool, error) {
+	snaps, err := n.snaps.List()
+	if err != nil {
+		return false, fmt.Errorf("list snapshots: %w", err)
+	}
+	return len(snaps) == 0 || n.state.Applied() >= snaps[0].Index, nil
+}
+
+// durableFSM is the state machine as Raft sees it. Raft compacts its log
+// below a snapshot once the snapshot is persisted, and the state store
+// syncs nothing on its own: so the snapshot first makes the store durable
+// up to at least its index.
+type durableFSM struct {
+	*fsm.FSM
+	state *statestore.Store
+}
+
+// Snapshot implements raft.FSM.
+func (d durableFSM) Snapshot() (raft.FSMSnapshot, error) {
+	s, err := d.FSM.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return flushingSnapshot{FSMSnapshot: s, state: d.state}, nil
+}
+
+type flushingSnapshot struct {
+	raft.FSMSnapshot
+	state *statestore.Store
+}
+
+// Persist flushes the state store, then writes the snapshot.
+func (s flushingSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.state.Flush(); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("persist snapshot: %w", err)
+	}
+	return s.FSMSnapshot.Persist(sink)
+}

@@ -1,0 +1,227 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/holdfast/holdfast/internal/secret"
+	"github.com/holdfast/holdfast/internal/wire"
+)
+
+// How records are kept in the store. A lease, a job and a client are
+// encoded as in a snapshot of the current format; a queue's header holds
+// its fields and its job count, and each job is a record of its own.
+
+// maxQueueJobs bounds a queue header's job count, far above any setting.
+const maxQueueJobs = 1 << 31
+
+// metaVersion is the format of the meta record.
+const metaVersion = 1
+
+func (s *state) encodeMeta(e *wire.Encoder) {
+	e.Uvarint(metaVersion)
+	e.Varint(s.clock)
+	e.Uvarint(s.fencing)
+	s.settings.encode(e)
+	e.Uvarint(uint64(s.level))
+	e.Varint(s.counts.leases)
+	e.Varint(s.counts.queues)
+	e.Varint(s.counts.clients)
+	e.Varint(s.counts.extraSlots)
+}
+
+func (s *state) decodeMeta(b []byte) error {
+	d := wire.NewDecoder(b)
+	if v := d.Uvarint(); v != metaVersion {
+		return fmt.Errorf("meta record format %d, want %d", v, metaVersion)
+	}
+	s.clock = d.Varint()
+	s.fencing = d.Uvarint()
+	s.settings.decode(d, d.Uvarint())
+	s.level = uint32(min(d.Uvarint(), 1<<32-1))
+	s.counts.leases = d.Varint()
+	s.counts.queues = d.Varint()
+	s.counts.clients = d.Varint()
+	s.counts.extraSlots = d.Varint()
+	return d.Finish()
+}
+
+func decodeLease(b []byte) (*lease, error) {
+	l := &lease{}
+	d := wire.NewDecoder(b)
+	l.decode(d, snapshotVersion)
+	return l, d.Finish()
+}
+
+func (c *client) encode(e *wire.Encoder) {
+	e.Fixed(c.id[:])
+	e.Uvarint(uint64(len(c.leaves)))
+	for _, t := range c.leaves {
+		e.Varint(t)
+	}
+}
+
+func (c *client) decode(d *wire.Decoder) {
+	d.Fixed(c.id[:])
+	for k := d.Len(); k > 0 && d.Err() == nil; k-- {
+		c.leaves = append(c.leaves, d.Varint())
+	}
+}
+
+func decodeClient(b []byte) (*client, error) {
+	c := &client{}
+	d := wire.NewDecoder(b)
+	c.decode(d)
+	return c, d.Finish()
+}
+
+func (j *job) encode(e *wire.Encoder) {
+	e.Fixed(j.id[:])
+	e.String(j.key)
+	e.Blob(j.payload)
+	e.Byte(byte(j.status))
+	e.Varint(j.attempts)
+	e.Fixed(j.receipt[:])
+	e.Varint(j.createdAt)
+	e.Varint(j.updatedAt)
+	e.Varint(j.visibleAt)
+	e.Varint(j.completedAt)
+}
+
+func (j *job) decode(d *wire.Decoder) {
+	d.Fixed(j.id[:])
+	j.key = d.String()
+	j.payload = d.Blob()
+	j.status = JobStatus(d.Byte())
+	j.attempts = d.Varint()
+	d.Fixed(j.receipt[:])
+	j.createdAt = d.Varint()
+	j.updatedAt = d.Varint()
+	j.visibleAt = d.Varint()
+	j.completedAt = d.Varint()
+}
+
+// encodeHeader writes the queue's fields and job count, as a snapshot
+// starts a queue, then the settled count.
+func (q *queue) encodeHeader(e *wire.Encoder) {
+	e.Fixed(q.id[:])
+	e.Varint(q.createdAt)
+	e.Varint(q.expiresAt)
+	e.Fixed(q.write[:])
+	e.Fixed(q.worker[:])
+	e.Fixed(q.read[:])
+	e.Uvarint(uint64(len(q.jobs)))
+	e.Uvarint(uint64(q.settled))
+}
+
+// decodeHeader reads a queue header and returns its job count.
+func (q *queue) decodeHeader(d *wire.Decoder) int {
+	d.Fixed(q.id[:])
+	q.createdAt = d.Varint()
+	q.expiresAt = d.Varint()
+	d.Fixed(q.write[:])
+	d.Fixed(q.worker[:])
+	d.Fixed(q.read[:])
+	n := d.Uvarint()
+	settled := d.Uvarint()
+	if n > maxQueueJobs || settled > n {
+		d.Fail("queue job counts out of range")
+		return 0
+	}
+	q.settled = int(settled)
+	return int(n)
+}
+
+// loadQueue decodes a queue's header and reads its jobs from the state's
+// reader.
+func (s *state) loadQueue(b []byte) (*queue, error) { return loadQueue(s.reader(), b) }
+
+// loadQueue decodes a queue's header and reads its jobs from r.
+func loadQueue(r Reader, b []byte) (*queue, error) {
+	q := &queue{}
+	d := wire.NewDecoder(b)
+	n := q.decodeHeader(d)
+	if err := d.Finish(); err != nil {
+		return nil, err
+	}
+	q.jobs = make([]*job, 0, n)
+	q.byKey = make(map[string]int, n)
+	q.byID = make(map[secret.ID]int, n)
+	var derr error
+	err := r.Scan(jobKey(q.id, 0), prefixEnd(append([]byte{tableJob}, q.id[:]...)), func(k, v []byte) bool {
+		j := &job{}
+		d := wire.NewDecoder(v)
+		j.decode(d)
+		if derr = d.Finish(); derr != nil {
+			return false
+		}
+		q.addJob(j)
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	if err == nil && len(q.jobs) != n {
+		err = fmt.Errorf("queue has %d jobs, its header says %d", len(q.jobs), n)
+	}
+	return q, err
+}
+
+// addJob appends j to q's jobs and indexes.
+func (q *queue) addJob(j *job) {
+	q.byKey[j.key] = len(q.jobs)
+	q.byID[j.id] = len(q.jobs)
+	q.jobs = append(q.jobs, j)
+}
+
+// writeNodes replaces the directory's records by the state's.
+func (s *state) writeNodes(w Writer) {
+	var stale [][]byte
+	lower, upper := tableBounds(tableNode)
+	must(s.b.Scan(lower, upper, func(k, _ []byte) bool {
+		if _, ok := s.nodes[string(k[1:])]; !ok {
+			stale = append(stale, append([]byte(nil), k...))
+		}
+		return true
+	}))
+	for _, k := range stale {
+		must(w.Delete(k))
+	}
+	e := wire.NewEncoder(nil)
+	for _, n := range s.sortedNodes() {
+		e.Reset()
+		n.encode(e)
+		must(w.Set(nodeKey(n.ID), e.Bytes()))
+	}
+}
+
+// load reads the scalars and the node directory of the store's state.
+func (s *state) load() error {
+	v, ok, err := s.store.Get(metaKey)
+	if err != nil {
+		return fmt.Errorf("read the state's meta record: %w", err)
+	}
+	if !ok {
+		return nil // an empty store: the initial state
+	}
+	if err := s.decodeMeta(v); err != nil {
+		return fmt.Errorf("read the state's meta record: %w", err)
+	}
+	lower, upper := tableBounds(tableNode)
+	var derr error
+	err = s.store.Scan(lower, upper, func(_, v []byte) bool {
+		var n NodeInfo
+		d := wire.NewDecoder(v)
+		n.decode(d)
+		if derr = d.Finish(); derr == nil {
+			s.nodes[n.ID] = n
+		}
+		return derr == nil
+	})
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return fmt.Errorf("read the node directory: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// Store is where the state machine keeps its records: an ordered map of
+// byte keys to byte values. The state machine reads and writes it only
+// through these methods, within one batch per ApplyBatch, so it never does
+// I/O of its own; a node gives it a store on disk (internal/statestore),
+// tests and tools one in memory (NewMemStore).
+//
+// Keys the state machine writes never start with the byte 0x00.
+type Store interface {
+	Reader
+	// Begin starts a batch, the only way to change the store.
+	Begin() StoreBatch
+	// Applied is the log index the last committed batch recorded: every
+	// entry up to it is in the store, and no later one.
+	Applied() uint64
+	// View returns a consistent, read-only view of the committed state,
+	// which later commits do not change. Close it when done.
+	View() (View, error)
+	// Replace makes the store hold exactly what fill writes, as of the
+	// log index given (0 when not known: the next batch records one),
+	// and nothing of what it held before. It is atomic: a crash during
+	// Replace leaves the old contents or the new ones. Until it returns,
+	// the store serves the old contents.
+	Replace(index uint64, fill func(w Writer) error) error
+}
+
+// Reader reads a store.
+type Reader interface {
+	// Get returns key's value, which the caller may keep and change.
+	Get(key []byte) ([]byte, bool, error)
+	// Scan calls fn with each key in [lower, upper) in order, until fn
+	// returns false. The slices are valid only during the call.
+	Scan(lower, upper []byte, fn func(k, v []byte) bool) error
+}
+
+// Writer writes a store's keys.
+type Writer interface {
+	Set(key, value []byte) error
+	Delete(key []byte) error
+}
+
+// StoreBatch is one apply batch: its reads see its own writes, and nothing of
+// it is visible to others before Commit.
+type StoreBatch interface {
+	Reader
+	Writer
+	// Commit records index as the last log entry applied and makes the
+	// batch visible. It need not be durable: the log is replayed after a
+	// crash from the index the store recovers with.
+	Commit(index uint64) error
+	// Discard drops the batch.
+	Discard()
+}
+
+// View is a read-only, consistent view of a store.
+type View interface {
+	Reader
+	Close() error
+}
+
+// ErrStore is wrapped by the panic of an Apply that cannot read or write
+// its store: a replica must stop rather than diverge or serve a state it
+// could not read back.
+var ErrStore = errors.New("fsm: state store failed")
+
+// StoreError is what Apply panics with when its store fails.
+type StoreError struct{ Err error }
+
+func (e *StoreError) Error() string { return ErrStore.Error() + ": " + e.Err.Error() }
+
+// Unwrap returns both ErrStore and the store's own error.
+func (e *StoreError) Unwrap() []error { return []error{ErrStore, e.Err} }
+
+// must stops Apply on a store error.
+func must(err error) {
+	if err != nil {
+		panic(&StoreError{Err: err})
+	}
+}
+
+// Key layout. Every table's keys start with its own byte; ids are fixed
+// length, so a table's keys sort by id, which is the order snapshots list
+// records in.
+const (
+	tableMeta   = 'm' // the scalars: clock, fencing counter, settings, level, counts
+	tableLease  = 'l' // + lease id (32)
+	tableQueue  = 'q' // + queue id (16): the queue's header
+	tableJob    = 'j' // + queue id (16) + job index (4, big-endian)
+	tableClient = 'c' // + client id (32)
+	tableNode   = 'n' // + node id
+	tableTimer  = 't' // + time (8, big-endian, sign bit flipped) + kind (1) + a (32) + b (16)
+	tableArmed  = 'u' // + kind (1) + a (32) + b (16): the time a timer is armed at
+)
+
+var metaKey = []byte{tableMeta}
+
+func leaseKey(id [32]byte) []byte {
+	return append([]byte{tableLease}, id[:]...)
+}
+
+func queueKey(id [16]byte) []byte {
+	return append([]byte{tableQueue}, id[:]...)
+}
+
+func jobKey(q [16]byte, i int) []byte {
+	k := make([]byte, 1+16+4)
+	k[0] = tableJob
+	copy(k[1:], q[:])
+	binary.BigEndian.PutUint32(k[17:], uint32(i))
+	return k
+}
+
+func clientKey(id [32]byte) []byte {
+	return append([]byte{tableClient}, id[:]...)
+}
+
+func nodeKey(id string) []byte {
+	return append([]byte{tableNode}, id...)
+}
+
+// prefixEnd is the first key after every key that starts with p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// tableBounds are the scan bounds of one table.
+func tableBounds(t byte) (lower, upper []byte) { return []byte{t}, []byte{t + 1} }
+
+func timerIndexKey(at int64, k timerKey) []byte {
+	b := make([]byte, 1+8+1+32+16)
+	b[0] = tableTimer
+	binary.BigEndian.PutUint64(b[1:], uint64(at)^(1<<63))
+	b[9] = byte(k.kind)
+	copy(b[10:], k.a[:])
+	copy(b[42:], k.b[:])
+	return b
+}
+
+func parseTimerIndexKey(b []byte) (timer, bool) {
+	if len(b) != 1+8+1+32+16 || b[0] != tableTimer {
+		return timer{}, false
+	}
+	t := timer{at: int64(binary.BigEndian.Uint64(b[1:]) ^ (1 << 63))}
+	t.key.kind = timerKind(b[9])
+	copy(t.key.a[:], b[10:42])
+	copy(t.key.b[:], b[42:])
+	return t, true
+}
+
+func armedKey(k timerKey) []byte {
+	b := make([]byte, 1+1+32+16)
+	b[0] = tableArmed
+	b[1] = byte(k.kind)
+	copy(b[2:], k.a[:])
+	copy(b[34:], k.b[:])
+	return b
+}
