@@ -111,7 +111,9 @@ func (b *memBatch) Commit(index uint64) error {
 
 func (b *memBatch) Discard() {}
 
-type memView struct{ t *btreemap.BTreeMap[string, []byte] }
+type memView struct {
+	t *btreemap.BTreeMap[string, []byte]
+}
 
 func (v memView) Get(key []byte) ([]byte, bool, error) { return treeGet(v.t, key) }
 
