@@ -2,7 +2,8 @@
 
 package fsm
 
-// Planted bug: Restore resets the fencing counter.
+// Planted bug: a restore, or a restart from the state store, resets the
+// fencing counter.
 const (
 	plantedFenceReset        = true
 	plantedLocalClock        = false

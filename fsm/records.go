@@ -206,6 +206,9 @@ func (s *state) load() error {
 	if err := s.decodeMeta(v); err != nil {
 		return fmt.Errorf("read the state's meta record: %w", err)
 	}
+	if plantedFenceReset {
+		s.fencing = 0
+	}
 	lower, upper := tableBounds(tableNode)
 	var derr error
 	err = s.store.Scan(lower, upper, func(_, v []byte) bool {
