@@ -131,9 +131,9 @@ func (q *queue) decodeHeader(d *wire.Decoder) int {
 	return int(n)
 }
 
-// loadQueue decodes a queue's header and reads its jobs from the state's
-// reader.
-func (s *state) loadQueue(b []byte) (*queue, error) { return loadQueue(s.reader(), b) }
+// loadQueue decodes a queue's header and reads its jobs from the
+// committed store (see lookup).
+func (s *state) loadQueue(b []byte) (*queue, error) { return loadQueue(s.store, b) }
 
 // loadQueue decodes a queue's header and reads its jobs from r.
 func loadQueue(r Reader, b []byte) (*queue, error) {

@@ -173,34 +173,28 @@ func (s *state) advance(now int64) {
 	}
 }
 
-// reader is what lookups read: the open batch, or the committed store.
-func (s *state) reader() Reader {
-	if s.b != nil {
-		return s.b
-	}
-	return s.store
-}
-
-// lookup finds a record in the cache or the store. Only within a batch
-// does it cache what it decoded: readers between batches share the cache
-// under a read lock and must not change it.
-func lookup[K comparable, R any](s *state, r *records[K, R], id K, key []byte, decode func([]byte) (R, error)) R {
+// lookup finds a record in the cache or the committed store. Records are
+// written to the store's batch only when it commits, and every change
+// before that is made to the cached record, so a record the cache does not
+// hold is as the store has it. The cache holds absent records too (nil).
+// Only within a batch does lookup add to the cache: readers between
+// batches share it under a read lock and must not change it.
+func lookup[K comparable, R comparable](s *state, r *records[K, R], id K, key []byte, decode func([]byte) (R, error)) R {
 	if rec, ok := r.cache[id]; ok {
 		return rec
 	}
 	var zero R
-	v, ok, err := s.reader().Get(key)
+	v, ok, err := s.store.Get(key)
 	if err != nil {
 		s.failRead(err)
 		return zero
 	}
-	if !ok {
-		return zero
-	}
-	rec, err := decode(v)
-	if err != nil {
-		s.failRead(fmt.Errorf("record %x: %w", key, err))
-		return zero
+	rec := zero
+	if ok {
+		if rec, err = decode(v); err != nil {
+			s.failRead(fmt.Errorf("record %x: %w", key, err))
+			return zero
+		}
 	}
 	if s.b != nil {
 		r.cache[id] = rec

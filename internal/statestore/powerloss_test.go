@@ -42,7 +42,7 @@ func TestPowerLossChild(t *testing.T) {
 	mode, root, _ := strings.Cut(spec, ":")
 	opts := Options{MemTableBytes: 256 << 10, CacheBytes: 1 << 20}
 	if mode == "flush" {
-		opts.MemTableBytes = 64 << 20 // never full: only Flush writes
+		opts.MemTableBytes, opts.CacheBytes = 64<<20, 256<<20 // never full: only Flush writes
 	}
 	s, err := Open(root, opts)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/holdfast/holdfast/internal/atomicfile"
@@ -40,10 +41,12 @@ var ErrReservedKey = errors.New("statestore: keys starting with 0x00 are reserve
 
 // Options tune a store.
 type Options struct {
-	// CacheBytes is the size of the block cache (default 64 MiB).
+	// CacheBytes is the memory pebble keeps (default 128 MiB): the block
+	// cache, from which the memtables are reserved too.
 	CacheBytes int64
-	// MemTableBytes is the size of one memtable (default 32 MiB); up to
-	// two are held while one is flushed.
+	// MemTableBytes is the size of one memtable (default 16 MiB); a
+	// second fills while one is flushed. Both are reserved from
+	// CacheBytes, which must leave room for blocks beside them.
 	MemTableBytes uint64
 	// Logger receives pebble's messages (default: none).
 	Logger hclog.Logger
@@ -51,11 +54,12 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.CacheBytes <= 0 {
-		o.CacheBytes = 64 << 20
+		o.CacheBytes = 128 << 20
 	}
 	if o.MemTableBytes == 0 {
-		o.MemTableBytes = 32 << 20
+		o.MemTableBytes = 16 << 20
 	}
+	o.MemTableBytes = min(o.MemTableBytes, uint64(o.CacheBytes)/4)
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
@@ -180,14 +184,10 @@ func (s *Store) open(create bool) error {
 	cache := pebble.NewCache(s.opts.CacheBytes)
 	defer cache.Unref()
 	dir := filepath.Join(s.root, s.name)
-	db, err := pebble.Open(dir, &pebble.Options{
-		Cache:              cache,
-		MemTableSize:       s.opts.MemTableBytes,
-		DisableWAL:         true, // the Raft log is the write-ahead log
-		ErrorIfNotExists:   !create,
-		FormatMajorVersion: FormatVersion,
-		Logger:             pebbleLogger{s.opts.Logger},
-	})
+	o := pebbleOptions(s.opts)
+	o.Cache = cache
+	o.ErrorIfNotExists = !create
+	db, err := pebble.Open(dir, o)
 	if err != nil {
 		return fmt.Errorf("open state store %s: %w", dir, err)
 	}
@@ -205,6 +205,23 @@ func (s *Store) open(create bool) error {
 		s.applied.Store(binary.BigEndian.Uint64(v))
 	}
 	return nil
+}
+
+// pebbleOptions are the options of every database of a store.
+func pebbleOptions(opts Options) *pebble.Options {
+	o := &pebble.Options{
+		MemTableSize:       opts.MemTableBytes,
+		DisableWAL:         true, // the Raft log is the write-ahead log
+		FormatMajorVersion: FormatVersion,
+		Logger:             pebbleLogger{opts.Logger},
+	}
+	// Most lookups of the state machine are of keys that do not exist
+	// yet (a new lease, job or queue): a filter answers those without
+	// reading a block.
+	for i := range o.Levels {
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	return o
 }
 
 // Dir is the live database's directory.
@@ -468,12 +485,7 @@ func (s *Store) Replace(index uint64, fill func(w *Writer) error) error {
 // fillDir makes a database in dir holding what fill writes and the applied
 // index, flushed and closed.
 func fillDir(dir string, opts Options, index uint64, fill func(w *Writer) error) error {
-	db, err := pebble.Open(dir, &pebble.Options{
-		MemTableSize:       opts.MemTableBytes,
-		DisableWAL:         true,
-		FormatMajorVersion: FormatVersion,
-		Logger:             pebbleLogger{opts.Logger},
-	})
+	db, err := pebble.Open(dir, pebbleOptions(opts))
 	if err != nil {
 		return err
 	}
