@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -16,8 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/holdfast/holdfast/internal/statestore"
 )
 
 // store is what the fill needs of an engine.
@@ -38,15 +38,14 @@ func main() {
 	resultBytes := flag.Int("result", 512, "bytes of each lease's result")
 	payloadBytes := flag.Int("payload", 1024, "bytes of each job's payload")
 	batch := flag.Int("batch", 256, "records per apply batch")
-	cacheMiB := flag.Int("cache", 64, "pebble block cache and memtable budget in MiB")
 	flag.Parse()
-	if err := run(*engine, *dir, *leases, *jobs, *resultBytes, *payloadBytes, *batch, *cacheMiB); err != nil {
+	if err := run(*engine, *dir, *leases, *jobs, *resultBytes, *payloadBytes, *batch); err != nil {
 		fmt.Fprintln(os.Stderr, "storefill:", err)
 		os.Exit(1)
 	}
 }
 
-func run(engine, dir string, leases, jobs, resultBytes, payloadBytes, batch, cacheMiB int) error {
+func run(engine, dir string, leases, jobs, resultBytes, payloadBytes, batch int) error {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "storefill-")
 		if err != nil {
@@ -55,7 +54,7 @@ func run(engine, dir string, leases, jobs, resultBytes, payloadBytes, batch, cac
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	open := func() (store, error) { return openStore(engine, filepath.Join(dir, "store"), cacheMiB) }
+	open := func() (store, error) { return openStore(engine, filepath.Join(dir, "store")) }
 	s, err := open()
 	if err != nil {
 		return err
@@ -213,7 +212,7 @@ func expiryKey(at int64, k []byte) []byte {
 	return append(b, k...)
 }
 
-var appliedKey = []byte("m/applied")
+var appliedKey = []byte("\x00applied")
 
 // rss reads one of this process's memory figures, in bytes.
 func rss(field string) int64 {
@@ -258,87 +257,49 @@ func du(dir string, inodes map[uint64]bool) (int64, error) {
 	return n, err
 }
 
-func openStore(engine, dir string, cacheMiB int) (store, error) {
+func openStore(engine, dir string) (store, error) {
 	switch engine {
 	case "pebble":
-		return openPebble(dir, cacheMiB)
+		return openPebble(dir)
 	case "bolt":
 		return openBolt(dir)
 	}
 	return nil, fmt.Errorf("unknown engine %q", engine)
 }
 
-type pebbleStore struct{ db *pebble.DB }
+// pebbleStore is holdfast's own state store (internal/statestore), on
+// pebble, with the options the nodes use.
+type pebbleStore struct{ s *statestore.Store }
 
-func openPebble(dir string, cacheMiB int) (*pebbleStore, error) {
-	cache := pebble.NewCache(int64(cacheMiB) << 20)
-	defer cache.Unref()
-	db, err := pebble.Open(dir, &pebble.Options{
-		Cache:        cache,
-		MemTableSize: uint64(cacheMiB) << 20 / 2,
-		DisableWAL:   true, // the Raft log is the write-ahead log
-		Logger:       quiet{},
-	})
+func openPebble(dir string) (*pebbleStore, error) {
+	s, err := statestore.Open(dir, statestore.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("open pebble: %w", err)
+		return nil, err
 	}
-	return &pebbleStore{db: db}, nil
+	return &pebbleStore{s: s}, nil
 }
 
 func (p *pebbleStore) apply(kvs [][2][]byte, index uint64) error {
-	b := p.db.NewBatch()
-	defer b.Close()
+	b := p.s.Begin()
 	for _, kv := range kvs {
-		if err := b.Set(kv[0], kv[1], nil); err != nil {
+		if err := b.Set(kv[0], kv[1]); err != nil {
+			b.Discard()
 			return err
 		}
 	}
-	var v [8]byte
-	binary.BigEndian.PutUint64(v[:], index)
-	if err := b.Set(appliedKey, v[:], nil); err != nil {
-		return err
-	}
-	return b.Commit(pebble.NoSync)
+	return b.Commit(index)
 }
 
 func (p *pebbleStore) get(key []byte) (bool, error) {
-	_, c, err := p.db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return true, c.Close()
+	_, ok, err := p.s.Get(key)
+	return ok, err
 }
 
-func (p *pebbleStore) snapshot(dir string) error {
-	if err := p.db.Flush(); err != nil {
-		return err
-	}
-	return p.db.Checkpoint(dir)
-}
+func (p *pebbleStore) snapshot(dir string) error { return p.s.Checkpoint(dir) }
 
-// close flushes the memtable first: without a WAL of its own, pebble keeps
-// only what was flushed.
-func (p *pebbleStore) close() error {
-	if err := p.db.Flush(); err != nil {
-		return err
-	}
-	return p.db.Close()
-}
-
-// quiet drops pebble's informational log lines and keeps its errors.
-type quiet struct{}
-
-func (quiet) Infof(string, ...interface{}) {}
-func (quiet) Errorf(format string, args ...interface{}) {
-	fmt.Fprintf(os.Stderr, "pebble: "+format+"\n", args...)
-}
-func (quiet) Fatalf(format string, args ...interface{}) {
-	fmt.Fprintf(os.Stderr, "pebble: "+format+"\n", args...)
-	os.Exit(1)
-}
+// close flushes the store first: with the Raft log as its write-ahead
+// log, the store keeps only what was flushed.
+func (p *pebbleStore) close() error { return p.s.Close() }
 
 type boltStore struct{ db *bolt.DB }
 
