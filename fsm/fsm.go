@@ -250,8 +250,7 @@ func (f *FSM) Authorize(id secret.ID, r Role, tok secret.Hash, nodeNow int64) Qu
 func (f *FSM) NextDeadline() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	tm, ok, err := firstTimer(f.st.store)
-	f.st.failRead(err)
+	tm, ok := f.st.timers.next(f.st.store)
 	return tm.at, ok
 }
 

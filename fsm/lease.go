@@ -74,7 +74,7 @@ func (s *state) applyLeaseAcquire(c *LeaseAcquire) LeaseResult {
 		}
 		s.putLease(l)
 		s.counts.leases++
-		s.timers.setLease(l.id, l.absoluteExpiresAt)
+		s.timers.arm(leaseTimer(l.id), l.absoluteExpiresAt)
 		if n := c.slotCount(); n > 1 {
 			l.set = newSlotSet(n)
 			return s.grantSlot(l, c)
@@ -206,6 +206,6 @@ func (s *state) dropLease(l *lease) {
 	if l.set != nil {
 		s.timers.cancel(slotsTimer(l.id))
 	}
-	s.timers.cancelLease(l.id, l.absoluteExpiresAt)
+	s.timers.disarm(leaseTimer(l.id), l.absoluteExpiresAt)
 	s.removeLease(l.id)
 }

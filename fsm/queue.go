@@ -164,7 +164,7 @@ func (s *state) applyQueueCreate(c *QueueCreate) QueueResult {
 	}
 	s.mutQueue(q)
 	s.counts.queues++
-	s.timers.set(queueTimer(q.id), q.expiresAt)
+	s.timers.arm(queueTimer(q.id), q.expiresAt)
 	return s.queueResult(QueueCreated, q, nil)
 }
 
@@ -255,14 +255,14 @@ func (s *state) applyJobClaim(c *JobClaim) QueueResult {
 	for i := q.settled; i < len(q.jobs); i++ {
 		j := q.jobs[i]
 		if j.status == JobClaimedStatus && j.visibleAt <= s.clock {
-			q = s.mutQueue(q)
+			q = s.touchQueue(q)
 			j = s.mutJob(q, i)
 			s.endClaim(q, j, j.visibleAt)
 		}
 		if j.status != JobPending || j.visibleAt > s.clock {
 			continue // settled, claimed, or released with a delay not yet over
 		}
-		q = s.mutQueue(q)
+		q = s.touchQueue(q)
 		j = s.mutJob(q, i)
 		j.status = JobClaimedStatus
 		j.attempts++
@@ -324,7 +324,7 @@ func (s *state) receiptJob(qid secret.ID, tok secret.Hash, jid secret.ID, rcpt s
 	case j.status != JobClaimedStatus || j.visibleAt <= s.clock:
 		return reject(ReceiptExpired)
 	}
-	q = s.mutQueue(q)
+	q = s.touchQueue(q)
 	return q, s.mutJob(q, i), QueueResult{}
 }
 
@@ -374,7 +374,7 @@ func (s *state) applyJobRetry(c *JobRetry) QueueResult {
 	if effectiveStatus(q.jobs[i], s.clock, s.settings.QueueMaxAttempts) != JobFailed {
 		return s.queueResult(JobNotFailed, q, q.jobs[i])
 	}
-	q = s.mutQueue(q)
+	q = s.mutQueue(q) // settled may move back: the header must say so
 	j := s.mutJob(q, i)
 	if j.status == JobClaimedStatus {
 		s.endClaim(q, j, j.visibleAt)

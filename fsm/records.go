@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"container/heap"
 	"fmt"
 
 	"github.com/holdfast/holdfast/internal/secret"
@@ -226,5 +227,9 @@ func (s *state) load() error {
 	if err != nil {
 		return fmt.Errorf("read the node directory: %w", err)
 	}
+	if err := s.timers.load(s.store); err != nil {
+		return fmt.Errorf("read the timers: %w", err)
+	}
+	heap.Init(&s.timers.h)
 	return nil
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bufio"
+	"container/heap"
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
@@ -378,12 +379,11 @@ func (r *restoreSink) node(n NodeInfo) {
 
 // writeTimer arms a timer in a store being filled.
 func writeTimer(w Writer, k timerKey, at int64) {
-	must(w.Set(timerIndexKey(at, k), nil))
-	if k.kind != timerLease {
-		var v [8]byte
-		binary.BigEndian.PutUint64(v[:], uint64(at))
-		must(w.Set(armedKey(k), v[:]))
+	if fixed(k.kind) {
+		must(w.Set(timerIndexKey(at, k), nil))
+		return
 	}
+	must(w.Set(movingKey(at, k), nil))
 }
 
 // restoreInto replaces the contents of store by the state snapshot bytes
@@ -413,6 +413,10 @@ func restoreInto(store Store, b []byte) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.timers.load(store); err != nil {
+		return nil, fmt.Errorf("read the restored timers: %w", err)
+	}
+	heap.Init(&s.timers.h)
 	return s, nil
 }
 

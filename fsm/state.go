@@ -1,7 +1,8 @@
 package fsm
 
 import (
-	"encoding/binary"
+	"bytes"
+	"container/heap"
 	"fmt"
 
 	"github.com/holdfast/holdfast/internal/secret"
@@ -57,8 +58,10 @@ type queue struct {
 	settled int
 	byKey   map[string]int
 	byID    map[secret.ID]int
-	// dirty lists the jobs (by index) changed in the open batch.
-	dirty []int
+	// dirty lists the jobs (by index) changed in the open batch, and
+	// headerDirty says whether the header changed too.
+	dirty       []int
+	headerDirty bool
 }
 
 type job struct {
@@ -147,7 +150,7 @@ type state struct {
 	leases  records[secret.Hash, *lease]
 	queues  records[secret.ID, *queue]
 	clients records[secret.Hash, *client]
-	timers  timers
+	timers  *timers
 }
 
 func newState(store Store) *state {
@@ -159,7 +162,7 @@ func newState(store Store) *state {
 		queues:   newRecords[secret.ID, *queue](queueCacheLimit),
 		clients:  newRecords[secret.Hash, *client](clientCacheLimit),
 	}
-	s.timers = timers{s}
+	s.timers = newTimers(s)
 	return s
 }
 
@@ -231,7 +234,15 @@ func (s *state) mutLease(l *lease) *lease {
 	return l
 }
 
+// mutQueue marks q's header (its fields or its job count) changed.
 func (s *state) mutQueue(q *queue) *queue {
+	q.headerDirty = true
+	return s.touchQueue(q)
+}
+
+// touchQueue marks q changed in the open batch, its header or not: a
+// change to jobs alone (mutJob) writes only them.
+func (s *state) touchQueue(q *queue) *queue {
 	s.queues.cache[q.id] = q
 	s.queues.dirty[q.id] = true
 	return q
@@ -300,9 +311,12 @@ func (s *state) flush(w Writer) {
 	}
 	for id, live := range s.queues.dirty {
 		if q := s.queues.cache[id]; live && q != nil {
-			e.Reset()
-			q.encodeHeader(e)
-			must(w.Set(queueKey(id), e.Bytes()))
+			if q.headerDirty {
+				e.Reset()
+				q.encodeHeader(e)
+				must(w.Set(queueKey(id), e.Bytes()))
+				q.headerDirty = false
+			}
 			for _, i := range q.dirty {
 				e.Reset()
 				q.jobs[i].encode(e)
@@ -337,10 +351,19 @@ func (s *state) flush(w Writer) {
 
 // Timers index every future deadline held in the state so that a sweep
 // finds due work without scanning the records, and so the leader can ask
-// when the next sweep is needed. They live in the store as keys ordered by
-// (time, kind, key), a total order, so the order in which due timers are
-// handled never depends on anything but the state. A timer other than a
-// lease's lifecycle end can move, so its armed time is kept beside it.
+// when the next sweep is needed. Their order is total (time, kind, key), so
+// the order in which due timers are handled never depends on anything but
+// the state. They are kept two ways:
+//
+//   - A lease's lifecycle end and a queue's deadline never move, and leave
+//     only when they are due: they live in the store alone, as keys in
+//     that order (tableTimer), read from the last one a sweep removed
+//     (sweptFrom), so the deletions behind it cost nothing to pass.
+//   - A claim's window end, a client's earliest creation and a multi-slot
+//     key's earliest holder move, and leave early (an ack, a release):
+//     they are in memory, in a heap (as many as there are claims, clients
+//     and multi-slot keys, not records), and in the store (tableMoving)
+//     so a node that opens its store finds them again.
 
 type timerKind uint8
 
@@ -373,85 +396,154 @@ func claimTimer(q, j secret.ID) timerKey {
 	return k
 }
 
+// fixed says whether a timer of kind k is fixed: armed once, at a time its
+// record keeps, and removed only when due.
+func fixed(k timerKind) bool { return k == timerLease || k == timerQueue }
+
 type timer struct {
-	at  int64
-	key timerKey
+	at    int64
+	key   timerKey
+	index int // in the heap of moving timers
 }
 
-// timers reads and writes the timer index of the state's open batch.
-type timers struct{ s *state }
+// timerLess is the timers' total order: time, kind, key.
+func timerLess(a, b *timer) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.key.kind != b.key.kind {
+		return a.key.kind < b.key.kind
+	}
+	if c := bytes.Compare(a.key.a[:], b.key.a[:]); c != 0 {
+		return c < 0
+	}
+	return bytes.Compare(a.key.b[:], b.key.b[:]) < 0
+}
 
-// set arms the timer for k at time at, moving it if it is armed. Lease
-// lifecycle ends go through setLease instead.
-func (t timers) set(k timerKey, at int64) {
-	b := t.s.b
-	ak := armedKey(k)
-	old, ok, err := b.Get(ak)
-	must(err)
-	if ok && len(old) == 8 {
-		prev := int64(binary.BigEndian.Uint64(old))
-		if prev == at {
+type timerHeap []*timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return timerLess(h[i], h[j]) }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *timerHeap) Push(x any) {
+	t := x.(*timer)
+	t.index = len(*h)
+	*h = append(*h, t)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.index = -1
+	return t
+}
+
+// timers is the state's timer index: the moving timers in memory, the
+// fixed ones in the store's open batch.
+type timers struct {
+	s     *state
+	h     timerHeap
+	byKey map[timerKey]*timer
+	// sweptFrom is a key at or below every fixed timer in the store: the
+	// last one a sweep removed. Reads of the fixed timers start there.
+	sweptFrom []byte
+}
+
+func newTimers(s *state) *timers {
+	return &timers{s: s, byKey: make(map[timerKey]*timer), sweptFrom: []byte{tableTimer}}
+}
+
+// set arms the moving timer for k at time at, moving it if it is armed.
+func (t *timers) set(k timerKey, at int64) {
+	if tm, ok := t.byKey[k]; ok {
+		if tm.at == at {
 			return
 		}
-		must(b.Delete(timerIndexKey(prev, k)))
+		must(t.s.b.Delete(movingKey(tm.at, k)))
+		tm.at = at
+		heap.Fix(&t.h, tm.index)
+	} else {
+		tm := &timer{at: at, key: k}
+		t.byKey[k] = tm
+		heap.Push(&t.h, tm)
 	}
-	var v [8]byte
-	binary.BigEndian.PutUint64(v[:], uint64(at))
-	must(b.Set(timerIndexKey(at, k), nil))
-	must(b.Set(ak, v[:]))
+	must(t.s.b.Set(movingKey(at, k), nil))
 }
 
-// cancel disarms the timer for k, if armed.
-func (t timers) cancel(k timerKey) {
-	b := t.s.b
-	ak := armedKey(k)
-	old, ok, err := b.Get(ak)
-	must(err)
-	if !ok {
-		return
+// cancel disarms the moving timer for k, if armed.
+func (t *timers) cancel(k timerKey) {
+	if tm, ok := t.byKey[k]; ok {
+		must(t.s.b.Delete(movingKey(tm.at, k)))
+		heap.Remove(&t.h, tm.index)
+		delete(t.byKey, k)
 	}
-	if len(old) == 8 {
-		must(b.Delete(timerIndexKey(int64(binary.BigEndian.Uint64(old)), k)))
+}
+
+// arm arms the fixed timer for k at time at.
+func (t *timers) arm(k timerKey, at int64) {
+	key := timerIndexKey(at, k)
+	if bytes.Compare(key, t.sweptFrom) < 0 {
+		t.sweptFrom = key // never the case for a time after the clock
 	}
-	must(b.Delete(ak))
+	must(t.s.b.Set(key, nil))
 }
 
-// setLease arms the lifecycle end of a new lease record; it never moves.
-func (t timers) setLease(id secret.Hash, at int64) {
-	must(t.s.b.Set(timerIndexKey(at, leaseTimer(id)), nil))
+// disarm removes the fixed timer for k armed at time at.
+func (t *timers) disarm(k timerKey, at int64) {
+	must(t.s.b.Delete(timerIndexKey(at, k)))
 }
 
-// cancelLease disarms the lifecycle end of a lease record removed.
-func (t timers) cancelLease(id secret.Hash, at int64) {
-	must(t.s.b.Delete(timerIndexKey(at, leaseTimer(id))))
-}
-
-// next returns the earliest timer of the open batch.
-func (t timers) next() (timer, bool) {
-	tm, ok, err := firstTimer(t.s.b)
-	must(err)
+// next returns the earliest timer, reading the fixed ones from r.
+func (t *timers) next(r Reader) (timer, bool) {
+	var tm timer
+	var ok bool
+	_, upper := tableBounds(tableTimer)
+	must(r.Scan(t.sweptFrom, upper, func(k, _ []byte) bool {
+		tm, ok = parseTimerIndexKey(k)
+		return false
+	}))
+	if len(t.h) > 0 && (!ok || timerLess(t.h[0], &tm)) {
+		return *t.h[0], true
+	}
 	return tm, ok
 }
 
-// firstTimer returns the earliest timer r holds.
-func firstTimer(r Reader) (timer, bool, error) {
-	var tm timer
-	var ok bool
-	lower, upper := tableBounds(tableTimer)
-	err := r.Scan(lower, upper, func(k, _ []byte) bool {
-		tm, ok = parseTimerIndexKey(k)
-		return false
-	})
-	return tm, ok, err
-}
-
-// pop removes the timer next returned.
-func (t timers) pop(tm timer) {
-	if tm.key.kind == timerLease {
-		t.cancelLease(secret.Hash(tm.key.a), tm.at)
+// pop removes the timer next returned, in the open batch.
+func (t *timers) pop(tm timer) {
+	if !fixed(tm.key.kind) {
+		t.cancel(tm.key)
 		return
 	}
-	t.cancel(tm.key)
+	key := timerIndexKey(tm.at, tm.key)
+	must(t.s.b.Delete(key))
+	t.sweptFrom = key
+}
+
+// load reads the moving timers from the store.
+func (t *timers) load(r Reader) error {
+	lower, upper := tableBounds(tableMoving)
+	return r.Scan(lower, upper, func(k, _ []byte) bool {
+		tm, ok := parseTimerIndexKey(append([]byte{tableTimer}, k[1:]...))
+		if ok {
+			c := tm
+			c.index = len(t.h)
+			t.byKey[c.key] = &c
+			t.h = append(t.h, &c)
+		}
+		return true
+	})
+}
+
+// movingKey is a moving timer's key in the store.
+func movingKey(at int64, k timerKey) []byte {
+	b := timerIndexKey(at, k)
+	b[0] = tableMoving
+	return b
 }
 
 func secondsToMillis(s int64) int64 { return s * 1000 }

@@ -94,8 +94,8 @@ const (
 	tableJob    = 'j' // + queue id (16) + job index (4, big-endian)
 	tableClient = 'c' // + client id (32)
 	tableNode   = 'n' // + node id
-	tableTimer  = 't' // + time (8, big-endian, sign bit flipped) + kind (1) + a (32) + b (16)
-	tableArmed  = 'u' // + kind (1) + a (32) + b (16): the time a timer is armed at
+	tableTimer  = 't' // + time (8, big-endian, sign bit flipped) + kind (1) + a (32) + b (16): a fixed timer
+	tableMoving = 'v' // the same: a moving timer
 )
 
 var metaKey = []byte{tableMeta}
@@ -158,13 +158,4 @@ func parseTimerIndexKey(b []byte) (timer, bool) {
 	copy(t.key.a[:], b[10:42])
 	copy(t.key.b[:], b[42:])
 	return t, true
-}
-
-func armedKey(k timerKey) []byte {
-	b := make([]byte, 1+1+32+16)
-	b[0] = tableArmed
-	b[1] = byte(k.kind)
-	copy(b[2:], k.a[:])
-	copy(b[34:], k.b[:])
-	return b
 }

@@ -10,7 +10,7 @@ func (s *state) applySweep(c *Sweep) SweepResult {
 	limit := max(c.Limit, 1)
 	var work int64
 	for {
-		tm, ok := s.timers.next()
+		tm, ok := s.timers.next(s.b)
 		if !ok || tm.at > s.clock {
 			return r
 		}
@@ -77,7 +77,7 @@ func (s *state) sweepClaim(qid, jid secret.ID, r *SweepResult) {
 	if j := q.jobs[i]; j.status != JobClaimedStatus || j.visibleAt > s.clock {
 		return
 	}
-	q = s.mutQueue(q)
+	q = s.touchQueue(q)
 	j := s.mutJob(q, i)
 	if s.endClaim(q, j, j.visibleAt) {
 		r.JobsFailed++
