@@ -1,0 +1,595 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/holdfast/holdfast/internal/atomicfile"
+)
+
+// FormatVersion is the pebble format every store is created and kept at.
+// It is pinned so that a later pebble can never move a store to a format
+// an earlier build of holdfast cannot open.
+const FormatVersion = pebble.FormatValueSeparation
+
+const (
+	currentFile = "CURRENT"
+	storePrefix = "store-"
+	// installPrefix names a directory being filled for Install.
+	installPrefix = "install-"
+)
+
+// appliedKey holds the index of the last log entry applied, as 8 bytes
+// big-endian. Its first byte sorts before every record key the state
+// machine uses, which must not start with 0x00.
+var appliedKey = []byte{0x00, 'a', 'p', 'p', 'l', 'i', 'e', 'd'}
+
+// ErrReservedKey is returned for a key that starts with the byte 0x00,
+// which the store keeps for itself.
+var ErrReservedKey = errors.New("statestore: keys starting with 0x00 are reserved")
+
+// Options tune a store.
+type Options struct {
+	// CacheBytes is the memory pebble keeps (default 128 MiB): the block
+	// cache, from which the memtables are reserved too.
+	CacheBytes int64
+	// MemTableBytes is the size of one memtable (default 16 MiB); a
+	// second fills while one is flushed. Both are reserved from
+	// CacheBytes, which must leave room for blocks beside them.
+	MemTableBytes uint64
+	// Logger receives pebble's messages (default: none).
+	Logger hclog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = 128 << 20
+	}
+	if o.MemTableBytes == 0 {
+		o.MemTableBytes = 16 << 20
+	}
+	o.MemTableBytes = min(o.MemTableBytes, uint64(o.CacheBytes)/4)
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	return o
+}
+
+// Store is an open state store. Its methods may be called from any
+// goroutine, but batches are committed by one writer.
+type Store struct {
+	root    string
+	name    string // the live database's directory, under root
+	opts    Options
+	db      *pebble.DB
+	applied atomic.Uint64 // as of the last commit or open
+}
+
+// Open opens the store under root, making an empty one if there is none.
+// A directory left by an Install that a crash interrupted is removed.
+func Open(root string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if err := atomicfile.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("open state store: %w", err)
+	}
+	name, err := readCurrent(root)
+	fresh := errors.Is(err, os.ErrNotExist)
+	if fresh {
+		name = storeName(1)
+	} else if err != nil {
+		return nil, err
+	}
+	if err := removeOthers(root, name, fresh); err != nil {
+		return nil, err
+	}
+	s := &Store{root: root, name: name, opts: opts}
+	if fresh {
+		return s, s.create()
+	}
+	if err := s.open(false); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// create makes the first database and then CURRENT. A database left
+// without CURRENT is one whose creation a crash interrupted: nothing was
+// ever committed to it, since Open returns only after CURRENT is written.
+func (s *Store) create() error {
+	if err := s.open(true); err != nil {
+		return err
+	}
+	if a := s.applied.Load(); a != 0 {
+		_ = s.db.Close()
+		return fmt.Errorf("open state store: %s holds a database at index %d but no %s", s.root, a, currentFile)
+	}
+	if err := atomicfile.SyncDir(s.root); err != nil {
+		_ = s.db.Close()
+		return fmt.Errorf("open state store: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(s.root, currentFile), []byte(s.name+"\n")); err != nil {
+		_ = s.db.Close()
+		return fmt.Errorf("open state store: %w", err)
+	}
+	return nil
+}
+
+// readCurrent reads the name of the live database from root's CURRENT.
+func readCurrent(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, currentFile))
+	if err != nil {
+		return "", fmt.Errorf("open state store: read %s: %w", currentFile, err)
+	}
+	name := strings.TrimSuffix(string(b), "\n")
+	if _, ok := storeNumber(name); !ok {
+		return "", fmt.Errorf("open state store: %s in %s names %q, not a store directory", currentFile, root, name)
+	}
+	return name, nil
+}
+
+func storeName(n uint64) string { return fmt.Sprintf("%s%06d", storePrefix, n) }
+
+func storeNumber(name string) (uint64, bool) {
+	digits, ok := strings.CutPrefix(name, storePrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	return n, err == nil && n > 0 && storeName(n) == name
+}
+
+// removeOthers removes every store or install directory under root but
+// the live one, and syncs root if it removed any. Without CURRENT (fresh)
+// it removes only install directories: a database other than the first
+// one is then a sign that CURRENT was lost, and an error.
+func removeOthers(root, live string, fresh bool) error {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("open state store: %w", err)
+	}
+	removed := false
+	for _, e := range entries {
+		n := e.Name()
+		if n == live || !(strings.HasPrefix(n, storePrefix) || strings.HasPrefix(n, installPrefix)) {
+			continue
+		}
+		if fresh && strings.HasPrefix(n, storePrefix) {
+			return fmt.Errorf("open state store: %s holds the database %s but no %s", root, n, currentFile)
+		}
+		if err := os.RemoveAll(filepath.Join(root, n)); err != nil {
+			return fmt.Errorf("open state store: remove %s: %w", n, err)
+		}
+		removed = true
+	}
+	if removed {
+		return atomicfile.SyncDir(root)
+	}
+	return nil
+}
+
+// open opens the live database, making it only if create is set, and
+// reads its applied index.
+func (s *Store) open(create bool) error {
+	cache := pebble.NewCache(s.opts.CacheBytes)
+	defer cache.Unref()
+	dir := filepath.Join(s.root, s.name)
+	o := pebbleOptions(s.opts)
+	o.Cache = cache
+	o.ErrorIfNotExists = !create
+	db, err := pebble.Open(dir, o)
+	if err != nil {
+		return fmt.Errorf("open state store %s: %w", dir, err)
+	}
+	v, ok, err := get(db, appliedKey)
+	if err == nil && ok && len(v) != 8 {
+		err = fmt.Errorf("applied index is %d bytes, want 8", len(v))
+	}
+	if err != nil {
+		_ = db.Close()
+		return fmt.Errorf("open state store %s: %w", dir, err)
+	}
+	s.db = db
+	s.applied.Store(0)
+	if ok {
+		s.applied.Store(binary.BigEndian.Uint64(v))
+	}
+	return nil
+}
+
+// pebbleOptions are the options of every database of a store.
+func pebbleOptions(opts Options) *pebble.Options {
+	o := &pebble.Options{
+		MemTableSize:       opts.MemTableBytes,
+		DisableWAL:         true, // the Raft log is the write-ahead log
+		FormatMajorVersion: FormatVersion,
+		Logger:             pebbleLogger{opts.Logger},
+	}
+	// Most lookups of the state machine are of keys that do not exist
+	// yet (a new lease, job or queue): a filter answers those without
+	// reading a block.
+	for i := range o.Levels {
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	return o
+}
+
+// Dir is the live database's directory.
+func (s *Store) Dir() string { return filepath.Join(s.root, s.name) }
+
+// Applied is the index of the last log entry whose batch was committed,
+// or after Open, the last one that was durable.
+func (s *Store) Applied() uint64 { return s.applied.Load() }
+
+// Get returns a copy of the committed value of key.
+func (s *Store) Get(key []byte) ([]byte, bool, error) {
+	return get(s.db, key)
+}
+
+// Scan calls fn for each committed key in [lower, upper) in order, until
+// fn returns false. The slices are valid only during the call.
+func (s *Store) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return scan(s.db, lower, upper, fn)
+}
+
+// Flush makes every committed batch durable.
+func (s *Store) Flush() error {
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("flush state store: %w", err)
+	}
+	return nil
+}
+
+// Checkpoint flushes the store and makes a durable copy of it in dir
+// (which must not exist, and must be on the store's file system): hard
+// links to its immutable files, so it costs what changed since the last
+// flush, not the size of the state.
+func (s *Store) Checkpoint(dir string) error {
+	if err := s.Flush(); err != nil {
+		return err
+	}
+	if err := s.db.Checkpoint(dir); err != nil {
+		return fmt.Errorf("checkpoint state store to %s: %w", dir, err)
+	}
+	if err := syncTree(dir); err != nil {
+		return fmt.Errorf("checkpoint state store to %s: %w", dir, err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(dir)); err != nil {
+		return fmt.Errorf("checkpoint state store to %s: %w", dir, err)
+	}
+	return nil
+}
+
+// InstallDir returns a new, empty directory under the store's root in
+// which to build a database for Install. Open removes it if Install was
+// never called or did not finish.
+func (s *Store) InstallDir() (string, error) {
+	dir, err := os.MkdirTemp(s.root, installPrefix)
+	if err != nil {
+		return "", fmt.Errorf("state store: make an install directory: %w", err)
+	}
+	return dir, nil
+}
+
+// Install replaces the store's contents by the database in dir, made by
+// InstallDir and filled by the caller (a checkpoint's files). It syncs
+// dir's files, moves dir in as the next database and writes CURRENT anew,
+// so a crash at any moment leaves the old database or the new one whole.
+// The store stays open on whichever is live when Install returns.
+func (s *Store) Install(dir string) error {
+	if filepath.Dir(filepath.Clean(dir)) != filepath.Clean(s.root) || !strings.HasPrefix(filepath.Base(dir), installPrefix) {
+		return fmt.Errorf("state store: install %s: not a directory from InstallDir", dir)
+	}
+	if err := syncTree(dir); err != nil {
+		return fmt.Errorf("state store: install %s: %w", dir, err)
+	}
+	n, _ := storeNumber(s.name)
+	next := storeName(n + 1)
+	if err := os.Rename(dir, filepath.Join(s.root, next)); err != nil {
+		return fmt.Errorf("state store: install %s: %w", dir, err)
+	}
+	if err := atomicfile.SyncDir(s.root); err != nil {
+		return fmt.Errorf("state store: install %s: %w", dir, err)
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("state store: install: close the old database: %w", err)
+	}
+	old := s.name
+	if err := atomicfile.Write(filepath.Join(s.root, currentFile), []byte(next+"\n")); err != nil {
+		// CURRENT may or may not have changed on disk; the old database
+		// is intact either way, and so is the new one.
+		if oerr := s.open(false); oerr != nil {
+			return errors.Join(fmt.Errorf("state store: install: %w", err), oerr)
+		}
+		return fmt.Errorf("state store: install: %w", err)
+	}
+	s.name = next
+	if err := s.open(false); err != nil {
+		return fmt.Errorf("state store: install: %w", err)
+	}
+	if err := os.RemoveAll(filepath.Join(s.root, old)); err != nil {
+		return fmt.Errorf("state store: install: remove the old database: %w", err)
+	}
+	return atomicfile.SyncDir(s.root)
+}
+
+// Close flushes the store, so that a restart replays nothing, and closes it.
+func (s *Store) Close() error {
+	ferr := s.Flush()
+	if err := s.db.Close(); err != nil {
+		return errors.Join(ferr, fmt.Errorf("close state store: %w", err))
+	}
+	return ferr
+}
+
+// Batch is one apply batch: reads see its own writes; nothing is visible
+// to the store's other readers until Commit.
+type Batch struct {
+	s *Store
+	b *pebble.Batch
+}
+
+// Begin starts a batch. Call Commit or Discard.
+func (s *Store) Begin() *Batch {
+	return &Batch{s: s, b: s.db.NewIndexedBatch()}
+}
+
+// Get returns a copy of key's value as of the batch's own writes.
+func (b *Batch) Get(key []byte) ([]byte, bool, error) {
+	return get(b.b, key)
+}
+
+// Set writes key's value.
+func (b *Batch) Set(key, value []byte) error {
+	if len(key) > 0 && key[0] == 0 || len(key) == 0 {
+		return ErrReservedKey
+	}
+	if err := b.b.Set(key, value, nil); err != nil {
+		return fmt.Errorf("state store: set: %w", err)
+	}
+	return nil
+}
+
+// Delete removes key.
+func (b *Batch) Delete(key []byte) error {
+	if len(key) == 0 || key[0] == 0 {
+		return ErrReservedKey
+	}
+	if err := b.b.Delete(key, nil); err != nil {
+		return fmt.Errorf("state store: delete: %w", err)
+	}
+	return nil
+}
+
+// Scan calls fn for each key in [lower, upper) as of the batch's own
+// writes, in order, until fn returns false.
+func (b *Batch) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return scan(b.b, lower, upper, fn)
+}
+
+// Commit records index as the last applied log entry and commits the
+// batch without syncing it. The batch is done with either way.
+func (b *Batch) Commit(index uint64) error {
+	defer b.b.Close()
+	if a := b.s.applied.Load(); index <= a {
+		return fmt.Errorf("state store: commit index %d, but %d is applied already", index, a)
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], index)
+	if err := b.b.Set(appliedKey, v[:], nil); err != nil {
+		return fmt.Errorf("state store: commit: %w", err)
+	}
+	if err := b.b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("state store: commit: %w", err)
+	}
+	b.s.applied.Store(index)
+	return nil
+}
+
+// Discard drops the batch's writes.
+func (b *Batch) Discard() { _ = b.b.Close() }
+
+// View is a consistent, read-only view of the committed state.
+type View struct{ snap *pebble.Snapshot }
+
+// View returns a view of the state as committed now, which later commits
+// do not change. Close it when done: until then pebble keeps what it
+// needs.
+func (s *Store) View() (*View, error) { return &View{snap: s.db.NewSnapshot()}, nil }
+
+// Get returns a copy of key's value in the view.
+func (v *View) Get(key []byte) ([]byte, bool, error) { return get(v.snap, key) }
+
+// Scan calls fn for each key of the view in [lower, upper), in order,
+// until fn returns false.
+func (v *View) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return scan(v.snap, lower, upper, fn)
+}
+
+// Close releases the view.
+func (v *View) Close() error {
+	if err := v.snap.Close(); err != nil {
+		return fmt.Errorf("state store: close a view: %w", err)
+	}
+	return nil
+}
+
+// Writer fills a database for Replace, committing as it goes.
+type Writer struct {
+	db *pebble.DB
+	b  *pebble.Batch
+}
+
+// replaceBatchBytes is how much a Writer gathers before it commits.
+const replaceBatchBytes = 4 << 20
+
+// Set writes key's value.
+func (w *Writer) Set(key, value []byte) error {
+	if len(key) == 0 || key[0] == 0 {
+		return ErrReservedKey
+	}
+	if err := w.b.Set(key, value, nil); err != nil {
+		return fmt.Errorf("state store: set: %w", err)
+	}
+	return w.maybeCommit()
+}
+
+// Delete removes key.
+func (w *Writer) Delete(key []byte) error {
+	if len(key) == 0 || key[0] == 0 {
+		return ErrReservedKey
+	}
+	if err := w.b.Delete(key, nil); err != nil {
+		return fmt.Errorf("state store: delete: %w", err)
+	}
+	return w.maybeCommit()
+}
+
+func (w *Writer) maybeCommit() error {
+	if w.b.Len() < replaceBatchBytes {
+		return nil
+	}
+	if err := w.b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("state store: fill: %w", err)
+	}
+	w.b.Reset()
+	return nil
+}
+
+// Replace makes the store hold exactly what fill writes, as of the log
+// index given, and nothing else: it fills a new database beside the live
+// one and installs it (see Install), so a crash at any moment leaves the
+// old contents or the new ones. An error from fill leaves the old.
+func (s *Store) Replace(index uint64, fill func(w *Writer) error) error {
+	dir, err := s.InstallDir()
+	if err != nil {
+		return err
+	}
+	if err := fillDir(dir, s.opts, index, fill); err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("state store: replace: %w", err)
+	}
+	return s.Install(dir)
+}
+
+// fillDir makes a database in dir holding what fill writes and the applied
+// index, flushed and closed.
+func fillDir(dir string, opts Options, index uint64, fill func(w *Writer) error) error {
+	db, err := pebble.Open(dir, pebbleOptions(opts))
+	if err != nil {
+		return err
+	}
+	w := &Writer{db: db, b: db.NewBatch()}
+	err = fill(w)
+	if err == nil {
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], index)
+		err = w.b.Set(appliedKey, v[:], nil)
+	}
+	if err == nil {
+		err = w.b.Commit(pebble.NoSync)
+	}
+	_ = w.b.Close()
+	if err == nil {
+		err = db.Flush()
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// reader is what pebble's DB and indexed Batch share.
+type reader interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+func get(r reader, key []byte) ([]byte, bool, error) {
+	v, c, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("state store: get: %w", err)
+	}
+	out := append([]byte(nil), v...)
+	if err := c.Close(); err != nil {
+		return nil, false, fmt.Errorf("state store: get: %w", err)
+	}
+	return out, true, nil
+}
+
+func scan(r reader, lower, upper []byte, fn func(k, v []byte) bool) error {
+	if len(lower) == 0 || lower[0] == 0 {
+		return ErrReservedKey
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("state store: scan: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("state store: scan: %w", err)
+		}
+		if !fn(it.Key(), v) {
+			break
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state store: scan: %w", err)
+	}
+	return nil
+}
+
+// syncTree fsyncs every file and directory under dir, dir included.
+func syncTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+		return nil
+	})
+}
+
+// pebbleLogger passes pebble's messages to hclog. Pebble calls Fatalf when
+// it cannot go on (a corrupt or unreadable file in the background); the
+// node must then stop rather than serve a state it cannot read.
+type pebbleLogger struct{ l hclog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...interface{}) {
+	p.l.Debug(fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Errorf(format string, args ...interface{}) {
+	p.l.Error(fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Fatalf(format string, args ...interface{}) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error("state store cannot go on", "error", msg)
+	panic("holdfast state store: " + msg)
+}

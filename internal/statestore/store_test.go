@@ -1,0 +1,398 @@
+package statestore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func openT(t *testing.T, root string) *Store {
+	t.Helper()
+	s, err := Open(root, Options{MemTableBytes: 1 << 20, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustGet(t *testing.T, get func([]byte) ([]byte, bool, error), key string) (string, bool) {
+	t.Helper()
+	v, ok, err := get([]byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(v), ok
+}
+
+func keys(t *testing.T, scan func(lower, upper []byte, fn func(k, v []byte) bool) error, lower, upper string) []string {
+	t.Helper()
+	var out []string
+	if err := scan([]byte(lower), []byte(upper), func(k, v []byte) bool {
+		out = append(out, string(k)+"="+string(v))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestBatchSeesItsWritesAndOthersSeeThemAtCommit(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer s.Close()
+
+	b := s.Begin()
+	for _, kv := range [][2]string{{"b", "2"}, {"a", "1"}, {"c", "3"}} {
+		if err := b.Set([]byte(kv[0]), []byte(kv[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, ok := mustGet(t, b.Get, "a"); !ok || v != "1" {
+		t.Fatalf("batch reads a = %q, %v; want its own write", v, ok)
+	}
+	if _, ok := mustGet(t, s.Get, "a"); ok {
+		t.Fatal("the store shows a batch's write before its commit")
+	}
+	if err := b.Commit(7); err != nil {
+		t.Fatal(err)
+	}
+	if s.Applied() != 7 {
+		t.Fatalf("applied = %d, want 7", s.Applied())
+	}
+
+	b = s.Begin()
+	if err := b.Delete([]byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Set([]byte("bb"), []byte("22")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(keys(t, b.Scan, "a", "c")), "[a=1 bb=22]"; got != want {
+		t.Fatalf("batch scan [a, c) = %s, want %s", got, want)
+	}
+	if got, want := fmt.Sprint(keys(t, s.Scan, "a", "z")), "[a=1 b=2 c=3]"; got != want {
+		t.Fatalf("store scan before commit = %s, want %s", got, want)
+	}
+	b.Discard()
+	if got, want := fmt.Sprint(keys(t, s.Scan, "a", "z")), "[a=1 b=2 c=3]"; got != want {
+		t.Fatalf("store scan after a discarded batch = %s, want %s", got, want)
+	}
+	if err := s.Begin().Commit(7); err == nil {
+		t.Fatal("a commit at an index already applied was taken")
+	}
+}
+
+func TestReservedKeysAreRefused(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer s.Close()
+	b := s.Begin()
+	defer b.Discard()
+	for _, k := range [][]byte{nil, {0}, appliedKey} {
+		if err := b.Set(k, []byte("x")); !errors.Is(err, ErrReservedKey) {
+			t.Errorf("Set(%q) = %v, want ErrReservedKey", k, err)
+		}
+		if err := b.Delete(k); !errors.Is(err, ErrReservedKey) {
+			t.Errorf("Delete(%q) = %v, want ErrReservedKey", k, err)
+		}
+	}
+	if err := s.Scan([]byte{0}, nil, func(k, v []byte) bool { return true }); !errors.Is(err, ErrReservedKey) {
+		t.Errorf("a scan from 0x00 = %v, want ErrReservedKey", err)
+	}
+}
+
+func TestCloseKeepsEverythingCommitted(t *testing.T) {
+	root := t.TempDir()
+	s := openT(t, root)
+	for i := 1; i <= 3; i++ {
+		b := s.Begin()
+		if err := b.Set(fmt.Appendf(nil, "k%d", i), bytes.Repeat([]byte{byte(i)}, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(uint64(i * 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, root)
+	defer s.Close()
+	if s.Applied() != 30 {
+		t.Fatalf("applied after a reopen = %d, want 30", s.Applied())
+	}
+	if got := len(keys(t, s.Scan, "k", "l")); got != 3 {
+		t.Fatalf("%d records after a reopen, want 3", got)
+	}
+}
+
+func TestCheckpointOpensAsAStoreOfItsOwn(t *testing.T) {
+	root := t.TempDir()
+	s := openT(t, root)
+	defer s.Close()
+	commit(t, s, 5, "a", "1")
+	dir := filepath.Join(root, "cp")
+	if err := s.Checkpoint(dir); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, s, 6, "b", "2")
+
+	cp := installFrom(t, openT(t, t.TempDir()), dir)
+	defer cp.Close()
+	if cp.Applied() != 5 {
+		t.Fatalf("the checkpoint's applied index = %d, want 5", cp.Applied())
+	}
+	if got, want := fmt.Sprint(keys(t, cp.Scan, "a", "z")), "[a=1]"; got != want {
+		t.Fatalf("checkpoint holds %s, want %s", got, want)
+	}
+}
+
+// installFrom installs the database files of dir into s.
+func installFrom(t *testing.T, s *Store, dir string) *Store {
+	t.Helper()
+	in, err := s.InstallDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dir, in)
+	if err := s.Install(in); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func commit(t *testing.T, s *Store, index uint64, kv ...string) {
+	t.Helper()
+	b := s.Begin()
+	for i := 0; i < len(kv); i += 2 {
+		if err := b.Set([]byte(kv[i]), []byte(kv[i+1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(index); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInstallReplacesTheStore(t *testing.T) {
+	src := openT(t, t.TempDir())
+	commit(t, src, 40, "new", "yes")
+	cp := filepath.Join(t.TempDir(), "cp")
+	if err := src.Checkpoint(cp); err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
+
+	root := t.TempDir()
+	s := openT(t, root)
+	commit(t, s, 90, "old", "yes")
+	installFrom(t, s, cp)
+	if s.Applied() != 40 {
+		t.Fatalf("applied after install = %d, want 40", s.Applied())
+	}
+	if got, want := fmt.Sprint(keys(t, s.Scan, "a", "z")), "[new=yes]"; got != want {
+		t.Fatalf("after install the store holds %s, want %s", got, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dirNames(t, root); got != "[CURRENT store-000002]" {
+		t.Fatalf("after install the root holds %s", got)
+	}
+	s = openT(t, root)
+	defer s.Close()
+	if got, want := fmt.Sprint(keys(t, s.Scan, "a", "z")), "[new=yes]"; got != want || s.Applied() != 40 {
+		t.Fatalf("reopened after install: %s at %d, want %s at 40", got, s.Applied(), want)
+	}
+}
+
+func dirNames(t *testing.T, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return fmt.Sprint(names)
+}
+
+// TestOpenFinishesAnInterruptedInstall makes, by hand, the directory as an
+// Install interrupted at each of its steps leaves it, and checks that Open
+// serves the database CURRENT names and removes the other.
+func TestOpenFinishesAnInterruptedInstall(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		current string            // what CURRENT names when the crash comes
+		dirs    map[string]string // the directories left, and what each holds
+		want    string
+	}{
+		{"filling the install directory", "store-000001", map[string]string{"store-000001": "old", "install-123": "new"}, "old"},
+		{"moved in, CURRENT not yet written", "store-000001", map[string]string{"store-000001": "old", "store-000002": "new"}, "old"},
+		{"CURRENT written, old not yet removed", "store-000002", map[string]string{"store-000001": "old", "store-000002": "new"}, "new"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, value := range tc.dirs {
+				makeStore(t, filepath.Join(root, name), value)
+			}
+			if err := os.WriteFile(filepath.Join(root, currentFile), []byte(tc.current+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := openT(t, root)
+			defer s.Close()
+			if v, _ := mustGet(t, s.Get, "which"); v != tc.want {
+				t.Fatalf("the store serves %q, want %q", v, tc.want)
+			}
+			if got, want := dirNames(t, root), fmt.Sprintf("[%s %s]", currentFile, tc.current); got != want {
+				t.Fatalf("root holds %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// makeStore makes a database in dir holding which=value.
+func makeStore(t *testing.T, dir, value string) {
+	t.Helper()
+	s := openT(t, t.TempDir())
+	commit(t, s, 1, "which", value)
+	if err := s.Checkpoint(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefusesAStrangeCurrent(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, currentFile), []byte("../elsewhere\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(root, Options{}); err == nil {
+		t.Fatal("a CURRENT naming no store directory was taken")
+	}
+}
+
+func TestInstallTakesOnlyItsOwnDirectories(t *testing.T) {
+	root := t.TempDir()
+	s := openT(t, root)
+	defer s.Close()
+	other := t.TempDir()
+	if err := s.Install(other); err == nil {
+		t.Fatal("Install took a directory InstallDir did not make")
+	}
+	if err := s.Install(filepath.Join(root, "store-000001")); err == nil {
+		t.Fatal("Install took the live database")
+	}
+}
+
+func TestOpenWithoutCurrentNeverDropsADatabase(t *testing.T) {
+	root := t.TempDir()
+	makeStore(t, filepath.Join(root, "store-000003"), "kept")
+	if _, err := Open(root, Options{}); err == nil {
+		t.Fatal("a root with a database but no CURRENT was opened as a new store")
+	}
+	root = t.TempDir()
+	makeStore(t, filepath.Join(root, "store-000001"), "kept")
+	if _, err := Open(root, Options{}); err == nil {
+		t.Fatal("a first database holding commits but no CURRENT was opened as a new store")
+	}
+	if got := dirNames(t, root); got != "[store-000001]" {
+		t.Fatalf("the refused root now holds %s", got)
+	}
+}
+
+func TestOpenRefusesAMissingDatabase(t *testing.T) {
+	root := t.TempDir()
+	s := openT(t, root)
+	commit(t, s, 3, "a", "1")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "store-000001")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(root, Options{}); err == nil {
+		t.Fatal("a CURRENT naming a missing database opened an empty store")
+	}
+}
+
+func TestViewKeepsItsState(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer s.Close()
+	commit(t, s, 1, "a", "1")
+	v, err := s.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit(t, s, 2, "a", "2", "b", "2")
+	if got, want := fmt.Sprint(keys(t, v.Scan, "a", "z")), "[a=1]"; got != want {
+		t.Fatalf("the view shows %s after a later commit, want %s", got, want)
+	}
+	if got, _ := mustGet(t, v.Get, "a"); got != "1" {
+		t.Fatalf("the view reads a = %q, want 1", got)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReplace(t *testing.T) {
+	root := t.TempDir()
+	s := openT(t, root)
+	commit(t, s, 9, "old", "1")
+	boom := errors.New("boom")
+	if err := s.Replace(0, func(w *Writer) error {
+		if err := w.Set([]byte("new"), []byte("x")); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("a failed fill: %v", err)
+	}
+	if got := fmt.Sprint(keys(t, s.Scan, "a", "z")); got != "[old=1]" || s.Applied() != 9 {
+		t.Fatalf("after a failed fill the store holds %s at %d", got, s.Applied())
+	}
+	big := bytes.Repeat([]byte("v"), 1<<20)
+	if err := s.Replace(0, func(w *Writer) error {
+		for i := range 10 { // more than one commit of the filling
+			if err := w.Set(fmt.Appendf(nil, "new%d", i), big); err != nil {
+				return err
+			}
+		}
+		return w.Delete([]byte("new9"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(keys(t, s.Scan, "a", "z")); n != 9 || s.Applied() != 0 {
+		t.Fatalf("after Replace the store holds %d keys at %d, want 9 at 0", n, s.Applied())
+	}
+	commit(t, s, 1, "next", "1")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dirNames(t, root); got != "[CURRENT store-000002]" {
+		t.Fatalf("after Replace the root holds %s", got)
+	}
+}
