@@ -207,7 +207,7 @@ func (s *state) applyJobEnqueue(c *JobEnqueue) QueueResult {
 	if _, taken := q.byID[c.Job]; taken {
 		return QueueResult{Outcome: JobIDTaken, Now: s.clock}
 	}
-	q = s.mutQueue(q)
+	q = s.touchQueue(q) // the header does not count jobs
 	j := &job{
 		id:        c.Job,
 		key:       c.Key,

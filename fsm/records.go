@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/holdfast/holdfast/internal/secret"
@@ -101,8 +102,9 @@ func (j *job) decode(d *wire.Decoder) {
 	j.completedAt = d.Varint()
 }
 
-// encodeHeader writes the queue's fields and job count, as a snapshot
-// starts a queue, then the settled count.
+// encodeHeader writes the queue's fields and its settled count. The jobs
+// are records of their own, counted when the queue is read, so adding one
+// leaves the header as it is.
 func (q *queue) encodeHeader(e *wire.Encoder) {
 	e.Fixed(q.id[:])
 	e.Varint(q.createdAt)
@@ -110,45 +112,43 @@ func (q *queue) encodeHeader(e *wire.Encoder) {
 	e.Fixed(q.write[:])
 	e.Fixed(q.worker[:])
 	e.Fixed(q.read[:])
-	e.Uvarint(uint64(len(q.jobs)))
 	e.Uvarint(uint64(q.settled))
 }
 
-// decodeHeader reads a queue header and returns its job count.
-func (q *queue) decodeHeader(d *wire.Decoder) int {
+func (q *queue) decodeHeader(d *wire.Decoder) {
 	d.Fixed(q.id[:])
 	q.createdAt = d.Varint()
 	q.expiresAt = d.Varint()
 	d.Fixed(q.write[:])
 	d.Fixed(q.worker[:])
 	d.Fixed(q.read[:])
-	n := d.Uvarint()
 	settled := d.Uvarint()
-	if n > maxQueueJobs || settled > n {
-		d.Fail("queue job counts out of range")
-		return 0
+	if settled > maxQueueJobs {
+		d.Fail("queue settled count out of range")
+		return
 	}
 	q.settled = int(settled)
-	return int(n)
 }
 
 // loadQueue decodes a queue's header and reads its jobs from the
 // committed store (see lookup).
 func (s *state) loadQueue(b []byte) (*queue, error) { return loadQueue(s.store, b) }
 
-// loadQueue decodes a queue's header and reads its jobs from r.
+// loadQueue decodes a queue's header and reads its jobs from r, which
+// must be numbered from 0 without a gap.
 func loadQueue(r Reader, b []byte) (*queue, error) {
-	q := &queue{}
+	q := &queue{byKey: make(map[string]int), byID: make(map[secret.ID]int)}
 	d := wire.NewDecoder(b)
-	n := q.decodeHeader(d)
+	q.decodeHeader(d)
 	if err := d.Finish(); err != nil {
 		return nil, err
 	}
-	q.jobs = make([]*job, 0, n)
-	q.byKey = make(map[string]int, n)
-	q.byID = make(map[secret.ID]int, n)
 	var derr error
 	err := r.Scan(jobKey(q.id, 0), prefixEnd(append([]byte{tableJob}, q.id[:]...)), func(k, v []byte) bool {
+		if i := binary.BigEndian.Uint32(k[len(k)-4:]); int(i) != len(q.jobs) {
+			derr = fmt.Errorf("queue %x: job %d found where job %d belongs", q.id, i, len(q.jobs))
+			return false
+		}
 		j := &job{}
 		d := wire.NewDecoder(v)
 		j.decode(d)
@@ -161,8 +161,8 @@ func loadQueue(r Reader, b []byte) (*queue, error) {
 	if err == nil {
 		err = derr
 	}
-	if err == nil && len(q.jobs) != n {
-		err = fmt.Errorf("queue has %d jobs, its header says %d", len(q.jobs), n)
+	if err == nil && q.settled > len(q.jobs) {
+		err = fmt.Errorf("queue %x settles %d of its %d jobs", q.id, q.settled, len(q.jobs))
 	}
 	return q, err
 }

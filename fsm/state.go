@@ -234,7 +234,7 @@ func (s *state) mutLease(l *lease) *lease {
 	return l
 }
 
-// mutQueue marks q's header (its fields or its job count) changed.
+// mutQueue marks q's header (its fields or its settled count) changed.
 func (s *state) mutQueue(q *queue) *queue {
 	q.headerDirty = true
 	return s.touchQueue(q)
