@@ -50,6 +50,7 @@ func (s *state) applyRemoveNode(c *RemoveNode) DirectoryResult {
 	}
 	delete(s.nodes, c.ID)
 	s.nodesDirty = true
+	s.nodesGone = append(s.nodesGone, c.ID)
 	return DirectoryResult{Now: s.clock, Changed: true}
 }
 

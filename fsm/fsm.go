@@ -250,7 +250,7 @@ func (f *FSM) Authorize(id secret.ID, r Role, tok secret.Hash, nodeNow int64) Qu
 func (f *FSM) NextDeadline() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	tm, ok := f.st.timers.next(f.st.store)
+	tm, ok := f.st.timers.next()
 	return tm.at, ok
 }
 

@@ -174,18 +174,12 @@ func (q *queue) addJob(j *job) {
 	q.jobs = append(q.jobs, j)
 }
 
-// writeNodes replaces the directory's records by the state's.
+// writeNodes writes the directory's entries and removes those gone.
 func (s *state) writeNodes(w Writer) {
-	var stale [][]byte
-	lower, upper := tableBounds(tableNode)
-	must(s.b.Scan(lower, upper, func(k, _ []byte) bool {
-		if _, ok := s.nodes[string(k[1:])]; !ok {
-			stale = append(stale, append([]byte(nil), k...))
+	for _, id := range s.nodesGone {
+		if _, back := s.nodes[id]; !back {
+			must(w.Delete(nodeKey(id)))
 		}
-		return true
-	}))
-	for _, k := range stale {
-		must(w.Delete(k))
 	}
 	e := wire.NewEncoder(nil)
 	for _, n := range s.sortedNodes() {

@@ -2,8 +2,8 @@ package fsm
 
 import (
 	"bufio"
-	"container/heap"
 	"bytes"
+	"container/heap"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"

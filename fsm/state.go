@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"container/heap"
 	"fmt"
+	"strings"
+
+	"github.com/RaduBerinde/btreemap"
 
 	"github.com/holdfast/holdfast/internal/secret"
 	"github.com/holdfast/holdfast/internal/wire"
@@ -141,8 +144,10 @@ type state struct {
 	level    uint32 // the active cluster level
 	counts   counts
 	nodes    map[string]NodeInfo // every entry, also in the store
-	// nodesDirty is set when the open batch changed the directory.
+	// nodesDirty is set when the open batch changed the directory, and
+	// nodesGone lists the entries it removed.
 	nodesDirty bool
+	nodesGone  []string
 
 	store Store
 	// b is the open apply batch; nil between batches.
@@ -290,6 +295,8 @@ func (s *state) commit(index uint64) {
 	s.flush(s.b)
 	must(s.b.Commit(index))
 	s.b = nil
+	clear(s.timers.gone)
+	s.timers.armed.Clear(true)
 	s.leases.trim()
 	s.queues.trim()
 	s.clients.trim()
@@ -343,6 +350,7 @@ func (s *state) flush(w Writer) {
 	if s.nodesDirty {
 		s.writeNodes(w)
 		s.nodesDirty = false
+		s.nodesGone = s.nodesGone[:0]
 	}
 	e.Reset()
 	s.encodeMeta(e)
@@ -449,13 +457,20 @@ type timers struct {
 	s     *state
 	h     timerHeap
 	byKey map[timerKey]*timer
-	// sweptFrom is a key at or below every fixed timer in the store: the
-	// last one a sweep removed. Reads of the fixed timers start there.
+	// sweptFrom is a key at or below every fixed timer in the store: just
+	// past the last one a sweep removed. Reads of the fixed timers start
+	// there, so the deletions behind it cost nothing to pass.
 	sweptFrom []byte
+	// gone holds the fixed timers removed in the open batch, which the
+	// committed store still shows, and armed those it armed, which it does
+	// not show yet.
+	gone  map[string]struct{}
+	armed *btreemap.BTreeMap[string, struct{}]
 }
 
 func newTimers(s *state) *timers {
-	return &timers{s: s, byKey: make(map[timerKey]*timer), sweptFrom: []byte{tableTimer}}
+	return &timers{s: s, byKey: make(map[timerKey]*timer), sweptFrom: []byte{tableTimer},
+		gone: make(map[string]struct{}), armed: btreemap.New[string, struct{}](8, strings.Compare)}
 }
 
 // set arms the moving timer for k at time at, moving it if it is armed.
@@ -490,23 +505,39 @@ func (t *timers) arm(k timerKey, at int64) {
 	if bytes.Compare(key, t.sweptFrom) < 0 {
 		t.sweptFrom = key // never the case for a time after the clock
 	}
+	delete(t.gone, string(key))
+	t.armed.ReplaceOrInsert(string(key), struct{}{})
 	must(t.s.b.Set(key, nil))
 }
 
 // disarm removes the fixed timer for k armed at time at.
 func (t *timers) disarm(k timerKey, at int64) {
-	must(t.s.b.Delete(timerIndexKey(at, k)))
+	key := timerIndexKey(at, k)
+	t.gone[string(key)] = struct{}{}
+	t.armed.Delete(string(key))
+	must(t.s.b.Delete(key))
 }
 
-// next returns the earliest timer, reading the fixed ones from r.
-func (t *timers) next(r Reader) (timer, bool) {
+// next returns the earliest timer. The fixed ones are read from the
+// committed store, less those the open batch removed, and with those it
+// armed: which timer is next never depends on how entries were grouped
+// into batches.
+func (t *timers) next() (timer, bool) {
 	var tm timer
 	var ok bool
 	_, upper := tableBounds(tableTimer)
-	must(r.Scan(t.sweptFrom, upper, func(k, _ []byte) bool {
+	must(t.s.store.Scan(t.sweptFrom, upper, func(k, _ []byte) bool {
+		if _, gone := t.gone[string(k)]; gone {
+			return true
+		}
 		tm, ok = parseTimerIndexKey(k)
 		return false
 	}))
+	if k, _, found := t.armed.Min(); found {
+		if a, _ := parseTimerIndexKey([]byte(k)); !ok || timerLess(&a, &tm) {
+			tm, ok = a, true
+		}
+	}
 	if len(t.h) > 0 && (!ok || timerLess(t.h[0], &tm)) {
 		return *t.h[0], true
 	}
@@ -519,9 +550,8 @@ func (t *timers) pop(tm timer) {
 		t.cancel(tm.key)
 		return
 	}
-	key := timerIndexKey(tm.at, tm.key)
-	must(t.s.b.Delete(key))
-	t.sweptFrom = key
+	t.disarm(tm.key, tm.at)
+	t.sweptFrom = append(timerIndexKey(tm.at, tm.key), 0)
 }
 
 // load reads the moving timers from the store.

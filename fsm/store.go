@@ -45,10 +45,10 @@ type Writer interface {
 	Delete(key []byte) error
 }
 
-// StoreBatch is one apply batch: its reads see its own writes, and nothing of
-// it is visible to others before Commit.
+// StoreBatch is one apply batch: nothing of it is visible before Commit,
+// and the state machine never reads it back (what it changed in the batch
+// it keeps in memory until the commit).
 type StoreBatch interface {
-	Reader
 	Writer
 	// Commit records index as the last log entry applied and makes the
 	// batch visible. It need not be durable: the log is replayed after a

@@ -10,7 +10,7 @@ func (s *state) applySweep(c *Sweep) SweepResult {
 	limit := max(c.Limit, 1)
 	var work int64
 	for {
-		tm, ok := s.timers.next(s.b)
+		tm, ok := s.timers.next()
 		if !ok || tm.at > s.clock {
 			return r
 		}
