@@ -549,18 +549,7 @@ func syncTree(dir string) error {
 		if err != nil {
 			return err
 		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("sync %s: %w", p, err)
-		}
-		return nil
+		return atomicfile.Sync(p)
 	})
 }
 
