@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/RaduBerinde/btreemap"
 
@@ -100,28 +101,56 @@ type counts struct {
 
 // records is one table's cache: decoded records by id, and which of them
 // the open batch changed (true) or removed (false). A removed record stays
-// in the cache as nil until the batch ends.
+// in the cache as nil until the batch ends. The cache has two generations:
+// a record found in the older moves to the newer, and when the newer is
+// full the older is dropped, so what is in use stays.
 type records[K comparable, R any] struct {
 	cache map[K]R
+	old   map[K]R
 	dirty map[K]bool
 	limit int
+	// mu is held by readers between batches, which share the cache under
+	// the state machine's read lock; a batch has the cache to itself.
+	mu sync.Mutex
 }
 
-func newRecords[K comparable, R any](limit int) records[K, R] {
-	return records[K, R]{cache: make(map[K]R), dirty: make(map[K]bool), limit: limit}
+func newRecords[K comparable, R any](limit int) *records[K, R] {
+	return &records[K, R]{cache: make(map[K]R), old: make(map[K]R), dirty: make(map[K]bool), limit: limit}
+}
+
+// get returns the cached record for id, if any.
+func (r *records[K, R]) get(id K) (R, bool) {
+	if rec, ok := r.cache[id]; ok {
+		return rec, true
+	}
+	rec, ok := r.old[id]
+	if ok {
+		r.cache[id] = rec
+		delete(r.old, id)
+	}
+	return rec, ok
+}
+
+// set adds or marks changed a record in the open batch.
+func (r *records[K, R]) set(id K, rec R) {
+	delete(r.old, id)
+	r.cache[id] = rec
+	r.dirty[id] = true
+}
+
+// remove marks a record removed in the open batch.
+func (r *records[K, R]) remove(id K) {
+	var zero R
+	delete(r.old, id)
+	r.cache[id] = zero
+	r.dirty[id] = false
 }
 
 // trim keeps the cache within its limit between batches. Which records
 // go is of no consequence but speed: the store holds them all.
 func (r *records[K, R]) trim() {
-	if len(r.cache) <= r.limit {
-		return
-	}
-	for k := range r.cache {
-		delete(r.cache, k)
-		if len(r.cache) <= r.limit*3/4 {
-			return
-		}
+	if len(r.cache) > r.limit/2 {
+		r.old, r.cache = r.cache, make(map[K]R, r.limit/2)
 	}
 }
 
@@ -152,9 +181,9 @@ type state struct {
 	store Store
 	// b is the open apply batch; nil between batches.
 	b       StoreBatch
-	leases  records[secret.Hash, *lease]
-	queues  records[secret.ID, *queue]
-	clients records[secret.Hash, *client]
+	leases  *records[secret.Hash, *lease]
+	queues  *records[secret.ID, *queue]
+	clients *records[secret.Hash, *client]
 	timers  *timers
 }
 
@@ -185,10 +214,12 @@ func (s *state) advance(now int64) {
 // written to the store's batch only when it commits, and every change
 // before that is made to the cached record, so a record the cache does not
 // hold is as the store has it. The cache holds absent records too (nil).
-// Only within a batch does lookup add to the cache: readers between
-// batches share it under a read lock and must not change it.
 func lookup[K comparable, R comparable](s *state, r *records[K, R], id K, key []byte, decode func([]byte) (R, error)) R {
-	if rec, ok := r.cache[id]; ok {
+	if s.b == nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	if rec, ok := r.get(id); ok {
 		return rec
 	}
 	var zero R
@@ -204,9 +235,7 @@ func lookup[K comparable, R comparable](s *state, r *records[K, R], id K, key []
 			return zero
 		}
 	}
-	if s.b != nil {
-		r.cache[id] = rec
-	}
+	r.cache[id] = rec
 	return rec
 }
 
@@ -217,21 +246,20 @@ func lookup[K comparable, R comparable](s *state, r *records[K, R], id K, key []
 func (s *state) failRead(err error) { must(err) }
 
 func (s *state) lease(id secret.Hash) *lease {
-	return lookup(s, &s.leases, id, leaseKey(id), decodeLease)
+	return lookup(s, s.leases, id, leaseKey(id), decodeLease)
 }
 
 func (s *state) queue(id secret.ID) *queue {
-	return lookup(s, &s.queues, id, queueKey(id), s.loadQueue)
+	return lookup(s, s.queues, id, queueKey(id), s.loadQueue)
 }
 
 func (s *state) client(id secret.Hash) *client {
-	return lookup(s, &s.clients, id, clientKey(id), decodeClient)
+	return lookup(s, s.clients, id, clientKey(id), decodeClient)
 }
 
 // putLease adds or marks changed a lease record of the open batch.
 func (s *state) putLease(l *lease) {
-	s.leases.cache[l.id] = l
-	s.leases.dirty[l.id] = true
+	s.leases.set(l.id, l)
 }
 
 func (s *state) mutLease(l *lease) *lease {
@@ -248,8 +276,7 @@ func (s *state) mutQueue(q *queue) *queue {
 // touchQueue marks q changed in the open batch, its header or not: a
 // change to jobs alone (mutJob) writes only them.
 func (s *state) touchQueue(q *queue) *queue {
-	s.queues.cache[q.id] = q
-	s.queues.dirty[q.id] = true
+	s.queues.set(q.id, q)
 	return q
 }
 
@@ -260,21 +287,18 @@ func (s *state) mutJob(q *queue, i int) *job {
 }
 
 func (s *state) mutClient(c *client) *client {
-	s.clients.cache[c.id] = c
-	s.clients.dirty[c.id] = true
+	s.clients.set(c.id, c)
 	return c
 }
 
 // removeLease removes a lease record in the open batch.
 func (s *state) removeLease(id secret.Hash) {
-	s.leases.cache[id] = nil
-	s.leases.dirty[id] = false
+	s.leases.remove(id)
 	s.counts.leases--
 }
 
 func (s *state) removeQueue(q *queue) {
-	s.queues.cache[q.id] = nil
-	s.queues.dirty[q.id] = false
+	s.queues.remove(q.id)
 	s.counts.queues--
 	for i := range q.jobs {
 		must(s.b.Delete(jobKey(q.id, i)))
@@ -282,8 +306,7 @@ func (s *state) removeQueue(q *queue) {
 }
 
 func (s *state) removeClient(id secret.Hash) {
-	s.clients.cache[id] = nil
-	s.clients.dirty[id] = false
+	s.clients.remove(id)
 	s.counts.clients--
 }
 
