@@ -44,16 +44,24 @@ func Write(path string, data []byte) error {
 // SyncDir fsyncs the directory dir, which makes the creation, renaming and
 // removal of the entries in it durable.
 func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
+	if err := Sync(dir); err != nil {
 		return fmt.Errorf("sync directory: %w", err)
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
+	return nil
+}
+
+// Sync fsyncs the file or directory at path.
+func Sync(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	return nil
 }

@@ -332,8 +332,8 @@ func (s *Store) Close() error {
 	return ferr
 }
 
-// Batch is one apply batch: reads see its own writes; nothing is visible
-// to the store's other readers until Commit.
+// Batch is one apply batch: nothing of it is visible until Commit, and it
+// cannot be read (a writer keeps what it changed until then).
 type Batch struct {
 	s *Store
 	b *pebble.Batch
@@ -341,12 +341,7 @@ type Batch struct {
 
 // Begin starts a batch. Call Commit or Discard.
 func (s *Store) Begin() *Batch {
-	return &Batch{s: s, b: s.db.NewIndexedBatch()}
-}
-
-// Get returns a copy of key's value as of the batch's own writes.
-func (b *Batch) Get(key []byte) ([]byte, bool, error) {
-	return get(b.b, key)
+	return &Batch{s: s, b: s.db.NewBatch()}
 }
 
 // Set writes key's value.
@@ -369,12 +364,6 @@ func (b *Batch) Delete(key []byte) error {
 		return fmt.Errorf("state store: delete: %w", err)
 	}
 	return nil
-}
-
-// Scan calls fn for each key in [lower, upper) as of the batch's own
-// writes, in order, until fn returns false.
-func (b *Batch) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
-	return scan(b.b, lower, upper, fn)
 }
 
 // Commit records index as the last applied log entry and commits the
@@ -560,18 +549,7 @@ func syncTree(dir string) error {
 		if err != nil {
 			return err
 		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("sync %s: %w", p, err)
-		}
-		return nil
+		return atomicfile.Sync(p)
 	})
 }
 

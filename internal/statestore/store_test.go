@@ -39,7 +39,7 @@ func keys(t *testing.T, scan func(lower, upper []byte, fn func(k, v []byte) bool
 	return out
 }
 
-func TestBatchSeesItsWritesAndOthersSeeThemAtCommit(t *testing.T) {
+func TestOthersSeeABatchAtItsCommit(t *testing.T) {
 	s := openT(t, t.TempDir())
 	defer s.Close()
 
@@ -48,9 +48,6 @@ func TestBatchSeesItsWritesAndOthersSeeThemAtCommit(t *testing.T) {
 		if err := b.Set([]byte(kv[0]), []byte(kv[1])); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if v, ok := mustGet(t, b.Get, "a"); !ok || v != "1" {
-		t.Fatalf("batch reads a = %q, %v; want its own write", v, ok)
 	}
 	if _, ok := mustGet(t, s.Get, "a"); ok {
 		t.Fatal("the store shows a batch's write before its commit")
@@ -68,9 +65,6 @@ func TestBatchSeesItsWritesAndOthersSeeThemAtCommit(t *testing.T) {
 	}
 	if err := b.Set([]byte("bb"), []byte("22")); err != nil {
 		t.Fatal(err)
-	}
-	if got, want := fmt.Sprint(keys(t, b.Scan, "a", "c")), "[a=1 bb=22]"; got != want {
-		t.Fatalf("batch scan [a, c) = %s, want %s", got, want)
 	}
 	if got, want := fmt.Sprint(keys(t, s.Scan, "a", "z")), "[a=1 b=2 c=3]"; got != want {
 		t.Fatalf("store scan before commit = %s, want %s", got, want)
