@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -11,17 +12,30 @@ func fdatasync(f *os.File) error {
 	return withFD(f, syscall.Fdatasync)
 }
 
-// withFD runs call on f's descriptor.
+// withFD runs call on f's descriptor, again while it is interrupted.
 func withFD(f *os.File, call func(fd int) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("raw file: %w", err)
 	}
 	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = call(int(fd)) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { serr = retryInterrupted(func() error { return call(int(fd)) }) }); err != nil {
 		return fmt.Errorf("raw file: %w", err)
 	}
 	return serr
+}
+
+// retryInterrupted calls call until it ends other than with EINTR. On a
+// local disk fdatasync is never interrupted, but on a network or FUSE file
+// system a signal (the Go runtime sends them to its own threads) can end
+// it with EINTR before it did anything: a failed sync that was not one.
+// os.File.Sync retries the same way.
+func retryInterrupted(call func() error) error {
+	for {
+		if err := call(); !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
 }
 
 // WriteOut starts the write-out of n bytes of f's data from off (n 0: to

@@ -101,8 +101,19 @@ func (e *env) fsync(rel string) {
 // fdatasync calls fdatasync on f.
 func (e *env) fdatasync(f *os.File) {
 	e.t.Helper()
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+	if err := fdatasync(f); err != nil {
 		e.t.Fatalf("fdatasync %s: %v", f.Name(), err)
+	}
+}
+
+// fdatasync calls fdatasync on f, again while it is interrupted, as
+// os.File.Sync does for fsync: a held call ends with EINTR when a signal
+// (the Go runtime sends them to its own threads) interrupts it.
+func fdatasync(f *os.File) error {
+	for {
+		if err := unix.Fdatasync(int(f.Fd())); err != unix.EINTR {
+			return err
+		}
 	}
 }
 

@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestAppendLoopSurvivesToItsLastFdatasync: a log appended to and synced
@@ -93,7 +91,7 @@ func TestConcurrentWritersAndRules(t *testing.T) {
 					return
 				}
 				data = append(data, rec...)
-				if err := unix.Fdatasync(int(f.Fd())); err != nil {
+				if err := fdatasync(f); err != nil {
 					errs <- err
 					return
 				}
