@@ -19,6 +19,7 @@
 //
 // It never syncs a commit (the log does that), never opens a database
 // that CURRENT does not name, and never removes one that CURRENT might
-// still need: a store without CURRENT but with a database in it is an
-// error, not a new store.
+// still need: a store without CURRENT but with a database it can open is
+// an error, not a new store. (A first database it cannot open, without
+// CURRENT, is one whose creation a crash interrupted: it is made again.)
 package statestore

@@ -105,10 +105,18 @@ func Open(root string, opts Options) (*Store, error) {
 
 // create makes the first database and then CURRENT. A database left
 // without CURRENT is one whose creation a crash interrupted: nothing was
-// ever committed to it, since Open returns only after CURRENT is written.
+// ever committed to it, since Open returns only after CURRENT is written,
+// so one that pebble cannot open (a power loss took part of what it was
+// writing) is made again.
 func (s *Store) create() error {
 	if err := s.open(true); err != nil {
-		return err
+		s.opts.Logger.Warn("state store: remaking a first database whose creation was interrupted", "dir", s.Dir(), "error", err)
+		if rerr := os.RemoveAll(s.Dir()); rerr != nil {
+			return errors.Join(err, fmt.Errorf("open state store: remove %s: %w", s.Dir(), rerr))
+		}
+		if err := s.open(true); err != nil {
+			return err
+		}
 	}
 	if a := s.applied.Load(); a != 0 {
 		_ = s.db.Close()
@@ -414,10 +422,7 @@ func (v *View) Close() error {
 }
 
 // Writer fills a database for Replace, committing as it goes.
-type Writer struct {
-	db *pebble.DB
-	b  *pebble.Batch
-}
+type Writer struct{ b *pebble.Batch }
 
 // replaceBatchBytes is how much a Writer gathers before it commits.
 const replaceBatchBytes = 4 << 20
@@ -478,7 +483,7 @@ func fillDir(dir string, opts Options, index uint64, fill func(w *Writer) error)
 	if err != nil {
 		return err
 	}
-	w := &Writer{db: db, b: db.NewBatch()}
+	w := &Writer{b: db.NewBatch()}
 	err = fill(w)
 	if err == nil {
 		var v [8]byte

@@ -390,3 +390,29 @@ func TestReplace(t *testing.T) {
 		t.Fatalf("after Replace the root holds %s", got)
 	}
 }
+
+// TestOpenRemakesAnInterruptedCreation: a first database without CURRENT
+// that pebble cannot open (a power loss in the middle of its creation) is
+// made again; nothing was ever committed to it.
+func TestOpenRemakesAnInterruptedCreation(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "store-000001")
+	makeStore(t, dir, "never committed")
+	manifests, err := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
+	if err != nil || len(manifests) == 0 {
+		t.Fatalf("no MANIFEST in a new database: %v", err)
+	}
+	for _, m := range manifests {
+		if err := os.Truncate(m, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openT(t, root)
+	defer s.Close()
+	if s.Applied() != 0 || len(keys(t, s.Scan, "a", "z")) != 0 {
+		t.Fatalf("the remade store is at %d with keys %v, want an empty one", s.Applied(), keys(t, s.Scan, "a", "z"))
+	}
+	if got := dirNames(t, root); got != "[CURRENT store-000001]" {
+		t.Fatalf("root holds %s", got)
+	}
+}
