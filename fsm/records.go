@@ -144,7 +144,7 @@ func loadQueue(r Reader, b []byte) (*queue, error) {
 		return nil, err
 	}
 	var derr error
-	err := r.Scan(jobKey(q.id, 0), prefixEnd(append([]byte{tableJob}, q.id[:]...)), func(k, v []byte) bool {
+	err := r.Scan(jobKey(q, 0), prefixEnd(jobPrefix(q)), func(k, v []byte) bool {
 		if i := binary.BigEndian.Uint32(k[len(k)-4:]); int(i) != len(q.jobs) {
 			derr = fmt.Errorf("queue %x: job %d found where job %d belongs", q.id, i, len(q.jobs))
 			return false

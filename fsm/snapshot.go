@@ -354,7 +354,7 @@ func (r *restoreSink) queue(q *queue) {
 	writeTimer(r.w, queueTimer(q.id), q.expiresAt)
 	for i, j := range q.jobs {
 		j.encode(r.e)
-		r.set(jobKey(q.id, i))
+		r.set(jobKey(q, i))
 		if j.status == JobClaimedStatus {
 			writeTimer(r.w, claimTimer(q.id, j.id), j.visibleAt)
 		}

@@ -301,7 +301,7 @@ func (s *state) removeQueue(q *queue) {
 	s.queues.remove(q.id)
 	s.counts.queues--
 	for i := range q.jobs {
-		must(s.b.Delete(jobKey(q.id, i)))
+		must(s.b.Delete(jobKey(q, i)))
 	}
 }
 
@@ -350,7 +350,7 @@ func (s *state) flush(w Writer) {
 			for _, i := range q.dirty {
 				e.Reset()
 				q.jobs[i].encode(e)
-				must(w.Set(jobKey(id, i), e.Bytes()))
+				must(w.Set(jobKey(q, i), e.Bytes()))
 			}
 			q.dirty = q.dirty[:0]
 		} else {

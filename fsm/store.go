@@ -91,7 +91,7 @@ const (
 	tableMeta   = 'm' // the scalars: clock, fencing counter, settings, level, counts
 	tableLease  = 'l' // + lease id (32)
 	tableQueue  = 'q' // + queue id (16): the queue's header
-	tableJob    = 'j' // + queue id (16) + job index (4, big-endian)
+	tableJob    = 'j' // + queue creation time (8, as timers) + queue id (16) + job index (4, big-endian)
 	tableClient = 'c' // + client id (32)
 	tableNode   = 'n' // + node id
 	tableTimer  = 't' // + time (8, big-endian, sign bit flipped) + kind (1) + a (32) + b (16): a fixed timer
@@ -108,11 +108,22 @@ func queueKey(id [16]byte) []byte {
 	return append([]byte{tableQueue}, id[:]...)
 }
 
-func jobKey(q [16]byte, i int) []byte {
-	k := make([]byte, 1+16+4)
+// jobKey is the key of q's job i. A queue's jobs are keyed by its
+// creation time first, so the jobs written at any moment (those of recent
+// queues) sit together at the table's end, as an append: the store's
+// compactions then rewrite what is new, not the whole table, which keys
+// led by a random queue id would make them do.
+func jobKey(q *queue, i int) []byte {
+	k := jobPrefix(q)
+	return binary.BigEndian.AppendUint32(k, uint32(i))
+}
+
+// jobPrefix is what every key of q's jobs starts with.
+func jobPrefix(q *queue) []byte {
+	k := make([]byte, 1+8+16, 1+8+16+4)
 	k[0] = tableJob
-	copy(k[1:], q[:])
-	binary.BigEndian.PutUint32(k[17:], uint32(i))
+	putOrderedTime(k[1:], q.createdAt)
+	copy(k[9:], q.id[:])
 	return k
 }
 
@@ -139,10 +150,13 @@ func prefixEnd(p []byte) []byte {
 // tableBounds are the scan bounds of one table.
 func tableBounds(t byte) (lower, upper []byte) { return []byte{t}, []byte{t + 1} }
 
+// putOrderedTime writes t into b[:8] so that times sort as their bytes do.
+func putOrderedTime(b []byte, t int64) { binary.BigEndian.PutUint64(b, uint64(t)^(1<<63)) }
+
 func timerIndexKey(at int64, k timerKey) []byte {
 	b := make([]byte, 1+8+1+32+16)
 	b[0] = tableTimer
-	binary.BigEndian.PutUint64(b[1:], uint64(at)^(1<<63))
+	putOrderedTime(b[1:], at)
 	b[9] = byte(k.kind)
 	copy(b[10:], k.a[:])
 	copy(b[42:], k.b[:])

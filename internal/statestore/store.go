@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/holdfast/holdfast/internal/atomicfile"
@@ -226,8 +227,13 @@ func pebbleOptions(opts Options) *pebble.Options {
 	// Most lookups of the state machine are of keys that do not exist
 	// yet (a new lease, job or queue): a filter answers those without
 	// reading a block.
+	// Records are mostly random ids and hashes, which compression barely
+	// shrinks, while compressing every flush and compaction and
+	// decompressing every block read cost a tenth of a node's CPU under
+	// the queue load.
 	for i := range o.Levels {
 		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		o.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
 	return o
 }
