@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"encoding/binary"
-	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -52,10 +54,23 @@ func BenchmarkStateLeaseCycle(b *testing.B) {
 	}
 }
 
-// BenchmarkStateQueueCycle measures an enqueue, a claim and an ack on the
-// disk store, a new queue every 100 jobs, in batches of 64 entries, and
-// the leader's question for the next deadline after each batch.
-func BenchmarkStateQueueCycle(b *testing.B) {
+// BenchmarkStateQueue measures the state machine on its disk store under
+// the queue loads of ../shared/bench/holdfastload: 64 workers, each with
+// a queue of its own (random ids) and a new one every 100 jobs, 256-byte
+// payloads, in batches of 40 entries as Raft hands them over under that
+// load, and the leader's question for the next deadline after each batch.
+// enqueue enqueues; cycle enqueues, claims and acks. Run it on one CPU
+// (taskset -c 0 ... -cpu 1) so that the store's flushes and compactions
+// are in the time per operation.
+func BenchmarkStateQueue(b *testing.B) {
+	for _, cycle := range []bool{false, true} {
+		b.Run(map[bool]string{false: "enqueue", true: "cycle"}[cycle], func(b *testing.B) {
+			benchQueueLoad(b, cycle)
+		})
+	}
+}
+
+func benchQueueLoad(b *testing.B, cycle bool) {
 	st, err := statestore.Open(b.TempDir(), statestore.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -70,29 +85,43 @@ func BenchmarkStateQueueCycle(b *testing.B) {
 	add := func(c fsm.Command) {
 		idx++
 		logs = append(logs, &raft.Log{Index: idx, Type: raft.LogCommand, Data: fsm.Encode(c)})
-		if len(logs) == 64 {
+		if len(logs) == 40 {
 			f.ApplyBatch(logs)
 			f.NextDeadline()
 			logs = logs[:0]
 		}
 	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func(b []byte) {
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+	}
+	const workers = 64
+	queues := make([]secret.ID, workers)
+	used := make([]int, workers)
 	tok := secret.Hash{7}
-	var q secret.ID
+	payload := []byte(`"` + strings.Repeat("x", 254) + `"`)
 	now := int64(1788602400000)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		now++
-		if i%100 == 0 {
-			binary.BigEndian.PutUint64(q[:], uint64(i))
+		w := i % workers
+		if used[w]%100 == 0 {
+			random(queues[w][:])
 			var client secret.Hash
-			binary.BigEndian.PutUint64(client[:], uint64(i))
-			add(&fsm.QueueCreate{Now: now, Queue: q, WriteToken: tok, WorkerToken: tok, ReadToken: tok, Client: client})
+			random(client[:])
+			add(&fsm.QueueCreate{Now: now, Queue: queues[w], WriteToken: tok, WorkerToken: tok, ReadToken: tok, Client: client})
 		}
+		used[w]++
 		var job secret.ID
-		binary.BigEndian.PutUint64(job[:], uint64(i))
-		rcpt := secret.Hash{byte(i), byte(i >> 8), byte(i >> 16), 9}
-		add(&fsm.JobEnqueue{Now: now, Queue: q, Token: tok, Job: job, Key: fmt.Sprint("job-", i), Payload: []byte(`{"n":1}`)})
-		add(&fsm.JobClaim{Now: now, Queue: q, Token: tok, Receipt: rcpt, VisibilitySeconds: 60})
-		add(&fsm.JobAck{Now: now, Queue: q, Token: tok, Job: job, Receipt: rcpt})
+		random(job[:])
+		add(&fsm.JobEnqueue{Now: now, Queue: queues[w], Token: tok, Job: job, Key: "job-" + strconv.Itoa(i), Payload: payload})
+		if cycle {
+			var rcpt secret.Hash
+			random(rcpt[:])
+			add(&fsm.JobClaim{Now: now, Queue: queues[w], Token: tok, Receipt: rcpt, VisibilitySeconds: 60})
+			add(&fsm.JobAck{Now: now, Queue: queues[w], Token: tok, Job: job, Receipt: rcpt})
+		}
 	}
 }

@@ -416,3 +416,31 @@ func TestOpenRemakesAnInterruptedCreation(t *testing.T) {
 		t.Fatalf("root holds %s", got)
 	}
 }
+
+// TestTheLastWriteOfAKeyInABatchWins: a batch hands its writes to pebble
+// in key order, and of a key written more than once only the last counts.
+func TestTheLastWriteOfAKeyInABatchWins(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer s.Close()
+	b := s.Begin()
+	for _, k := range []string{"d", "c", "b", "a"} {
+		must(b.Set([]byte(k), []byte("old")))
+	}
+	must(b.Commit(1))
+
+	b = s.Begin()
+	must(b.Set([]byte("z"), []byte("1")))
+	must(b.Delete([]byte("a"))) // deleted, then set again
+	must(b.Set([]byte("a"), []byte("new")))
+	must(b.Set([]byte("b"), []byte("x"))) // set, then deleted
+	must(b.Delete([]byte("b")))
+	must(b.Set([]byte("c"), []byte("1"))) // set three times
+	must(b.Set([]byte("c"), []byte("2")))
+	must(b.Set([]byte("c"), []byte("3")))
+	must(b.Set([]byte("e"), []byte("x"))) // a new key set, then deleted
+	must(b.Delete([]byte("e")))
+	must(b.Commit(2))
+	if got, want := fmt.Sprint(keys(t, s.Scan, "a", "zz")), "[a=new c=3 d=old z=1]"; got != want {
+		t.Fatalf("after the batch: %s, want %s", got, want)
+	}
+}
