@@ -124,4 +124,7 @@ func benchQueueLoad(b *testing.B, cycle bool) {
 			add(&fsm.JobAck{Now: now, Queue: queues[w], Token: tok, Job: job, Receipt: rcpt})
 		}
 	}
+	m := st.Metrics().Total()
+	b.ReportMetric(m.WriteAmp(), "write-amp")
+	b.ReportMetric(float64(m.TableBytesFlushed+m.TableBytesCompacted)/float64(b.N), "store-B/op")
 }

@@ -91,7 +91,7 @@ const (
 	tableMeta   = 'm' // the scalars: clock, fencing counter, settings, level, counts
 	tableLease  = 'l' // + lease id (32)
 	tableQueue  = 'q' // + queue id (16): the queue's header
-	tableJob    = 'j' // + queue creation time (8, as timers) + queue id (16) + job index (4, big-endian)
+	tableJob    = 'J' // + queue creation time (8, as timers) + queue id (16) + job index (4, big-endian)
 	tableClient = 'c' // + client id (32)
 	tableNode   = 'n' // + node id
 	tableTimer  = 't' // + time (8, big-endian, sign bit flipped) + kind (1) + a (32) + b (16): a fixed timer

@@ -77,6 +77,7 @@ type Store struct {
 	opts    Options
 	db      *pebble.DB
 	applied atomic.Uint64 // as of the last commit or open
+	spare   atomic.Pointer[batchBufs]
 }
 
 // Open opens the store under root, making an empty one if there is none.
@@ -362,9 +363,33 @@ func (s *Store) Close() error {
 // each key follows the last and a whole search of the memtable when
 // keys come in any order, as a state machine's changed records do.
 type Batch struct {
-	s   *Store
+	s *Store
+	*batchBufs
+}
+
+// batchBufs are a batch's buffers, kept by the store for the next batch
+// (there is one at a time: the state machine's).
+type batchBufs struct {
 	buf []byte // every key and value, back to back
 	ops []batchOp
+}
+
+// errBatchDone is the error of a batch used after its Commit or Discard.
+var errBatchDone = errors.New("state store: the batch was committed or discarded already")
+
+// maxKeptBatchBytes bounds the buffers a store keeps between batches.
+const maxKeptBatchBytes = 16 << 20
+
+// done hands the batch's buffers back to the store.
+func (b *Batch) done() {
+	if b.batchBufs == nil {
+		return
+	}
+	if cap(b.buf) <= maxKeptBatchBytes {
+		b.buf, b.ops = b.buf[:0], b.ops[:0]
+		b.s.spare.Store(b.batchBufs)
+	}
+	b.batchBufs = nil
 }
 
 // batchOp is one write of a batch: its key and value as offsets in buf.
@@ -375,7 +400,11 @@ type batchOp struct {
 
 // Begin starts a batch. Call Commit or Discard.
 func (s *Store) Begin() *Batch {
-	return &Batch{s: s}
+	bufs := s.spare.Swap(nil)
+	if bufs == nil {
+		bufs = &batchBufs{}
+	}
+	return &Batch{s: s, batchBufs: bufs}
 }
 
 // Set writes key's value.
@@ -392,6 +421,9 @@ func (b *Batch) add(key, value []byte, del bool) error {
 	if len(key) == 0 || key[0] == 0 {
 		return ErrReservedKey
 	}
+	if b.batchBufs == nil {
+		return errBatchDone
+	}
 	op := batchOp{k: len(b.buf), del: del}
 	b.buf = append(b.buf, key...)
 	op.v = len(b.buf)
@@ -406,6 +438,10 @@ func (b *Batch) key(op batchOp) []byte { return b.buf[op.k:op.v] }
 // Commit records index as the last applied log entry and commits the
 // batch without syncing it. The batch is done with either way.
 func (b *Batch) Commit(index uint64) error {
+	if b.batchBufs == nil {
+		return errBatchDone
+	}
+	defer b.done()
 	if a := b.s.applied.Load(); index <= a {
 		return fmt.Errorf("state store: commit index %d, but %d is applied already", index, a)
 	}
@@ -432,7 +468,6 @@ func (b *Batch) Commit(index uint64) error {
 	if err == nil {
 		err = pb.Commit(pebble.NoSync)
 	}
-	b.buf, b.ops = nil, nil
 	if err != nil {
 		return fmt.Errorf("state store: commit: %w", err)
 	}
@@ -441,7 +476,7 @@ func (b *Batch) Commit(index uint64) error {
 }
 
 // Discard drops the batch's writes.
-func (b *Batch) Discard() { b.buf, b.ops = nil, nil }
+func (b *Batch) Discard() { b.done() }
 
 // View is a consistent, read-only view of the committed state.
 type View struct{ snap *pebble.Snapshot }
@@ -623,3 +658,7 @@ func (p pebbleLogger) Fatalf(format string, args ...interface{}) {
 	p.l.Error("state store cannot go on", "error", msg)
 	panic("holdfast state store: " + msg)
 }
+
+// Metrics are pebble's figures for the live database: its levels, the
+// bytes flushed and compacted, its caches.
+func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }

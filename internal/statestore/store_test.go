@@ -444,3 +444,30 @@ func TestTheLastWriteOfAKeyInABatchWins(t *testing.T) {
 		t.Fatalf("after the batch: %s, want %s", got, want)
 	}
 }
+
+// TestABatchIsDoneAtItsCommit: a batch's buffers go to the next batch, so
+// a batch used after its Commit or Discard must refuse, not write into them.
+func TestABatchIsDoneAtItsCommit(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer s.Close()
+	b := s.Begin()
+	must(b.Set([]byte("a"), []byte("1")))
+	must(b.Commit(1))
+	next := s.Begin() // takes over b's buffers
+	if err := b.Set([]byte("b"), []byte("2")); err == nil {
+		t.Fatal("a committed batch took a write")
+	}
+	if err := b.Commit(2); err == nil {
+		t.Fatal("a committed batch committed again")
+	}
+	must(next.Set([]byte("c"), []byte("3")))
+	must(next.Commit(2))
+	d := s.Begin()
+	d.Discard()
+	if err := d.Set([]byte("d"), []byte("4")); err == nil {
+		t.Fatal("a discarded batch took a write")
+	}
+	if got, want := fmt.Sprint(keys(t, s.Scan, "a", "z")), "[a=1 c=3]"; got != want {
+		t.Fatalf("store = %s, want %s", got, want)
+	}
+}
