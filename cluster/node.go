@@ -168,6 +168,7 @@ func Open(cfg Config) (*Node, error) {
 	n.goLoop(n.registerLoop)
 	n.goLoop(n.clockLoop)
 	n.goLoop(n.snapshotRetryLoop)
+	n.goLoop(n.keyFilterLoop)
 	alone := len(cfg.Join) == 0 && cfg.BootstrapExpect <= 1
 	switch {
 	case cfg.Restore != nil && hasState:

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -92,4 +94,46 @@ func (s flushingSnapshot) Persist(sink raft.SnapshotSink) error {
 		return fmt.Errorf("persist snapshot: %w", err)
 	}
 	return s.FSMSnapshot.Persist(sink)
+}
+
+// keyFilterCheck is how often a node looks whether its state machine
+// wants a new key filter (after it opened or restored its state, or when
+// the filter took as many keys as it was sized for).
+const keyFilterCheck = time.Second
+
+// keyFilterLoop builds the state machine's key filter whenever it wants
+// one. A failed build leaves lookups to the store (slower, never wrong)
+// and is tried again at the next check.
+func (n *Node) keyFilterLoop() {
+	t := time.NewTicker(keyFilterCheck)
+	defer t.Stop()
+	for {
+		if n.fsm.KeyFilterWanted() {
+			start := time.Now()
+			err := n.fsm.BuildKeyFilter(n.shuttingDown)
+			if errors.Is(err, fsm.ErrBuildStopped) {
+				return
+			}
+			if err != nil {
+				n.log.Warn("could not build the key filter; lookups read the state store", "error", err)
+			} else {
+				n.log.Debug("built the key filter", "took", time.Since(start))
+			}
+		}
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// shuttingDown reports whether Shutdown has begun.
+func (n *Node) shuttingDown() bool {
+	select {
+	case <-n.shutdownCh:
+		return true
+	default:
+		return false
+	}
 }

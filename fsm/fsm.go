@@ -1,12 +1,14 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/holdfast/holdfast/internal/keyfilter"
 	"github.com/holdfast/holdfast/internal/secret"
 )
 
@@ -346,4 +348,80 @@ func (st *Stats) countQueue(s *state, q *queue, now int64) {
 	st.Jobs.Completed += c.Completed
 	st.Jobs.Failed += c.Failed
 	st.Jobs.Total += c.Total
+}
+
+// minKeyFilterKeys is the fewest keys a key filter is sized for.
+const minKeyFilterKeys = 1 << 20
+
+// ErrBuildStopped is BuildKeyFilter's error when it was told to stop.
+var ErrBuildStopped = errors.New("fsm: key filter build stopped")
+
+// KeyFilterWanted reports whether a key filter should be built: there is
+// none yet (a state just opened or restored), or the one there took more
+// keys than it was sized for. None is being built.
+func (f *FSM) KeyFilterWanted() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.building == nil && (f.st.filter == nil || f.st.filter.Full())
+}
+
+// BuildKeyFilter fills a new key filter with every record key of the
+// store and puts it in use; until then lookups use the one before, or the
+// store alone. It reads a view of the store without holding up Apply,
+// whose commits add their keys to the new filter from that view on. It is
+// for a node's background work, never for Apply, and decides no outcome:
+// a key the filter calls present is looked up as before. When stop (if
+// not nil) says so, the build is abandoned (ErrBuildStopped).
+func (f *FSM) BuildKeyFilter(stop func() bool) error {
+	f.mu.Lock()
+	st := f.st
+	if st.building != nil {
+		f.mu.Unlock()
+		return nil
+	}
+	// Room for twice the records there are, so that as many new ones
+	// again fit before the next build, and for a million at least (a
+	// filter of 1.2 MiB).
+	nf := keyfilter.New(int(max(2*(st.counts.leases+st.counts.queues+st.counts.clients), minKeyFilterKeys)))
+	v, err := st.store.View()
+	if err != nil {
+		f.mu.Unlock()
+		return fmt.Errorf("build the key filter: %w", err)
+	}
+	st.building = nf
+	f.mu.Unlock()
+
+	err = func() error {
+		defer v.Close()
+		for _, t := range []byte{tableLease, tableQueue, tableClient} {
+			lower, upper := tableBounds(t)
+			n, stopped := 0, false
+			if err := v.Scan(lower, upper, func(k, _ []byte) bool {
+				nf.Add(k)
+				if n++; n%4096 == 0 && stop != nil {
+					stopped = stop()
+				}
+				return !stopped
+			}); err != nil {
+				return err
+			}
+			if stopped {
+				return ErrBuildStopped
+			}
+		}
+		return nil
+	}()
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st.building == nf {
+		st.building = nil
+		if err == nil && f.st == st { // not replaced by a restore meanwhile
+			st.filter = nf
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("build the key filter: %w", err)
+	}
+	return nil
 }

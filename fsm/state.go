@@ -9,6 +9,7 @@ import (
 
 	"github.com/RaduBerinde/btreemap"
 
+	"github.com/holdfast/holdfast/internal/keyfilter"
 	"github.com/holdfast/holdfast/internal/secret"
 	"github.com/holdfast/holdfast/internal/wire"
 )
@@ -185,6 +186,12 @@ type state struct {
 	queues  *records[secret.ID, *queue]
 	clients *records[secret.Hash, *client]
 	timers  *timers
+	// filter holds every record key (lease, queue, client) the store
+	// holds, and more: a key it calls absent is not looked up in the
+	// store. nil until one is built (see FSM.BuildKeyFilter). building is
+	// a filter being filled from a view of the store, which the commits
+	// after that view add their keys to as well.
+	filter, building *keyfilter.Filter
 }
 
 func newState(store Store) *state {
@@ -223,6 +230,10 @@ func lookup[K comparable, R comparable](s *state, r *records[K, R], id K, key []
 		return rec
 	}
 	var zero R
+	if s.filter != nil && !s.filter.MayContain(key) {
+		r.cache[id] = zero // never written
+		return zero
+	}
 	v, ok, err := s.store.Get(key)
 	if err != nil {
 		s.failRead(err)
@@ -332,7 +343,7 @@ func (s *state) flush(w Writer) {
 		if l := s.leases.cache[id]; live && l != nil {
 			e.Reset()
 			l.encode(e, snapshotVersion)
-			must(w.Set(leaseKey(id), e.Bytes()))
+			s.setRecord(w, leaseKey(id), e.Bytes())
 		} else {
 			must(w.Delete(leaseKey(id)))
 			delete(s.leases.cache, id)
@@ -344,7 +355,7 @@ func (s *state) flush(w Writer) {
 			if q.headerDirty {
 				e.Reset()
 				q.encodeHeader(e)
-				must(w.Set(queueKey(id), e.Bytes()))
+				s.setRecord(w, queueKey(id), e.Bytes())
 				q.headerDirty = false
 			}
 			for _, i := range q.dirty {
@@ -363,7 +374,7 @@ func (s *state) flush(w Writer) {
 		if c := s.clients.cache[id]; live && c != nil {
 			e.Reset()
 			c.encode(e)
-			must(w.Set(clientKey(id), e.Bytes()))
+			s.setRecord(w, clientKey(id), e.Bytes())
 		} else {
 			must(w.Delete(clientKey(id)))
 			delete(s.clients.cache, id)
@@ -378,6 +389,18 @@ func (s *state) flush(w Writer) {
 	e.Reset()
 	s.encodeMeta(e)
 	must(w.Set(metaKey, e.Bytes()))
+}
+
+// setRecord writes a lease, queue or client record and adds its key to
+// the key filters.
+func (s *state) setRecord(w Writer, key, value []byte) {
+	must(w.Set(key, value))
+	if s.filter != nil {
+		s.filter.Add(key)
+	}
+	if s.building != nil {
+		s.building.Add(key)
+	}
 }
 
 // Timers index every future deadline held in the state so that a sweep
