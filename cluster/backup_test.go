@@ -76,7 +76,7 @@ func TestRestoredNodeStartsAtItsBuildLevel(t *testing.T) {
 			if got := n.fsm.Level(); got != fsm.BuildLevel {
 				t.Fatalf("restored at level %d, want %d", got, fsm.BuildLevel)
 			}
-			if st := n.fsm.Stats(n.Now()); st.LeasesHeld != 1 || n.fsm.FencingCounter() <= RestoreGap {
+			if st := n.fsm.Stats(); st.LeasesHeld != 1 || n.fsm.FencingCounter() <= RestoreGap {
 				t.Fatalf("after the restore: %+v, fencing counter %d; want the backup's lease and the floor", st, n.fsm.FencingCounter())
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -70,7 +70,7 @@ func TestStateStoreBehindTheSnapshotIsRestored(t *testing.T) {
 	}
 	n := open(t, cfg)
 	waitReadyLeader(t, n)
-	if got := n.fsm.Stats(n.Now()).Leases; got != 10 {
+	if got := n.fsm.Stats().Leases; got != 10 {
 		t.Fatalf("%d lease records after the restore, want the 10 granted", got)
 	}
 	r, err := acquire(context.Background(), n, "k10", "A")

@@ -277,44 +277,41 @@ func (f *FSM) FencingCounter() uint64 {
 	return f.st.fencing
 }
 
-// Stats are gauges for metrics, the status page and backups, computed at a
-// given time.
+// Stats are gauges for metrics, the status page and backups.
 type Stats struct {
-	Leases     int    `json:"leases"`      // lease records within their lifecycle
-	LeasesHeld int    `json:"leases_held"` // leases held and unexpired
-	Queues     int    `json:"queues"`      // live queues
+	Leases     int    `json:"leases"`      // lease records (their lifecycles not ended and swept)
+	LeasesHeld int    `json:"leases_held"` // holds the records show (see below)
+	Queues     int    `json:"queues"`      // queues (not expired and swept)
 	Jobs       Counts `json:"jobs"`        // their jobs by status
 }
 
-// Stats counts leases, queues and jobs at nodeNow. It scans the state and is
-// meant for metrics scrapes, not for request paths.
-func (f *FSM) Stats(nodeNow int64) Stats {
+// Stats reads the gauges the state keeps as it changes, so it scans
+// nothing. They count records as the last applied entry left them: a
+// claim whose window ran out counts as claimed, and a lease or queue whose
+// time ended counts, until the sweep that follows (the leader proposes one
+// when the first is due); a lease's single holder whose hold ran out
+// without a release counts as held until the key is used again or its
+// lifecycle ends.
+func (f *FSM) Stats() Stats {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.st.stats(f.st.readNow(nodeNow))
+	return f.st.stats()
 }
 
-// stats counts the live records at now.
-func (s *state) stats(now int64) Stats {
-	var st Stats
-	lower, upper := tableBounds(tableLease)
-	must(s.store.Scan(lower, upper, func(_, v []byte) bool {
-		l, err := decodeLease(v)
-		must(err)
-		st.countLease(l, now)
-		return true
-	}))
-	lower, upper = tableBounds(tableQueue)
-	var ids []secret.ID
-	must(s.store.Scan(lower, upper, func(k, _ []byte) bool {
-		ids = append(ids, secret.ID(k[1:]))
-		return true
-	}))
-	for _, id := range ids {
-		if q := s.queue(id); q != nil {
-			st.countQueue(s, q, now)
-		}
+func (s *state) stats() Stats {
+	c := &s.counts
+	st := Stats{
+		Leases:     int(c.leases),
+		LeasesHeld: int(c.holds),
+		Queues:     int(c.queues),
+		Jobs: Counts{
+			Pending:   int(c.jobs[JobPending]),
+			Claimed:   int(c.jobs[JobClaimedStatus]),
+			Completed: int(c.jobs[JobCompleted]),
+			Failed:    int(c.jobs[JobFailed]),
+		},
 	}
+	st.Jobs.Total = st.Jobs.Pending + st.Jobs.Claimed + st.Jobs.Completed + st.Jobs.Failed
 	return st
 }
 

@@ -202,7 +202,7 @@ func TestLeaseCleanupBySweep(t *testing.T) {
 	if r := h.sweep(100); r.LeasesRemoved != 1 {
 		t.Fatalf("sweep at the absolute expiry: %+v", r)
 	}
-	if st := h.f.Stats(h.now); st.Leases != 0 {
+	if st := h.f.Stats(); st.Leases != 0 {
 		t.Fatalf("lease still present after cleanup: %+v", st)
 	}
 	if _, ok := h.f.NextDeadline(); ok {
@@ -277,7 +277,7 @@ func TestFencingNeverResets(t *testing.T) {
 		h.advance(24 * time.Hour) // lifecycle ends
 		for r := h.sweep(1000); r.More; r = h.sweep(1000) {
 		}
-		if st := h.f.Stats(h.now); st.Leases != 0 {
+		if st := h.f.Stats(); st.Leases != 0 {
 			t.Fatalf("round %d: %d leases survived cleanup", round, st.Leases)
 		}
 	}

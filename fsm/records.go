@@ -17,7 +17,7 @@ import (
 const maxQueueJobs = 1 << 31
 
 // metaVersion is the format of the meta record.
-const metaVersion = 1
+const metaVersion = 2
 
 func (s *state) encodeMeta(e *wire.Encoder) {
 	e.Uvarint(metaVersion)
@@ -29,6 +29,10 @@ func (s *state) encodeMeta(e *wire.Encoder) {
 	e.Varint(s.counts.queues)
 	e.Varint(s.counts.clients)
 	e.Varint(s.counts.extraSlots)
+	e.Varint(s.counts.holds)
+	for _, n := range s.counts.jobs[JobPending:] {
+		e.Varint(n)
+	}
 }
 
 func (s *state) decodeMeta(b []byte) error {
@@ -44,6 +48,10 @@ func (s *state) decodeMeta(b []byte) error {
 	s.counts.queues = d.Varint()
 	s.counts.clients = d.Varint()
 	s.counts.extraSlots = d.Varint()
+	s.counts.holds = d.Varint()
+	for i := JobPending; i <= JobFailed; i++ {
+		s.counts.jobs[i] = d.Varint()
+	}
 	return d.Finish()
 }
 
@@ -51,7 +59,23 @@ func decodeLease(b []byte) (*lease, error) {
 	l := &lease{}
 	d := wire.NewDecoder(b)
 	l.decode(d, snapshotVersion)
+	l.storedHolds = l.holds()
 	return l, d.Finish()
+}
+
+// holds counts the holders the record shows: its owner, or a multi-slot
+// key's holders, whether or not their time ran out (a sweep removes a
+// slot's holder when it does; a single holder stays until the key is used
+// again or its lifecycle ends).
+func (l *lease) holds() int64 {
+	n := int64(0)
+	if l.state == leaseHeld {
+		n = 1
+	}
+	if l.set != nil {
+		n += int64(len(l.set.heap))
+	}
+	return n
 }
 
 func (c *client) encode(e *wire.Encoder) {
@@ -152,6 +176,7 @@ func loadQueue(r Reader, b []byte) (*queue, error) {
 		j := &job{}
 		d := wire.NewDecoder(v)
 		j.decode(d)
+		j.storedStatus = j.status
 		if derr = d.Finish(); derr != nil {
 			return false
 		}

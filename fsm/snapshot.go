@@ -336,6 +336,7 @@ func (r *restoreSink) set(key []byte) {
 
 func (r *restoreSink) lease(l *lease) {
 	r.s.counts.leases++
+	r.s.counts.holds += l.holds()
 	r.s.counts.extraSlots += l.extraSlots()
 	l.encode(r.e, snapshotVersion)
 	r.set(leaseKey(l.id))
@@ -353,6 +354,7 @@ func (r *restoreSink) queue(q *queue) {
 	r.set(queueKey(q.id))
 	writeTimer(r.w, queueTimer(q.id), q.expiresAt)
 	for i, j := range q.jobs {
+		r.s.countJob(j.status, 1)
 		j.encode(r.e)
 		r.set(jobKey(q, i))
 		if j.status == JobClaimedStatus {

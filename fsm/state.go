@@ -46,6 +46,9 @@ type lease struct {
 	// checkpoint is the last progress a holder stored; nil for none. It is
 	// replaced whole, never changed, so results may share it.
 	checkpoint *Checkpoint
+	// storedHolds is what the record as the store has it adds to
+	// counts.holds (see holds): changes in a batch count at its end.
+	storedHolds int64
 }
 
 type queue struct {
@@ -80,6 +83,9 @@ type job struct {
 	updatedAt   int64
 	visibleAt   int64 // end of the current claim's window while claimed
 	completedAt int64
+	// storedStatus is the status the store has for the job (0 before its
+	// first write), which counts.jobs counts.
+	storedStatus JobStatus
 }
 
 // client counts one address's recent queue creations. Each entry is the
@@ -98,6 +104,11 @@ type counts struct {
 	// extraSlots counts held slots beyond the first of each multi-slot
 	// key, which count toward max_leases besides the records.
 	extraSlots int64
+	// holds counts the holds the stored records show (see lease.holds),
+	// and jobs the stored jobs by status: gauges, kept as records are
+	// written, so that reading them scans nothing.
+	holds int64
+	jobs  [JobFailed + 1]int64
 }
 
 // records is one table's cache: decoded records by id, and which of them
@@ -304,6 +315,9 @@ func (s *state) mutClient(c *client) *client {
 
 // removeLease removes a lease record in the open batch.
 func (s *state) removeLease(id secret.Hash) {
+	if l := s.lease(id); l != nil {
+		s.counts.holds -= l.storedHolds
+	}
 	s.leases.remove(id)
 	s.counts.leases--
 }
@@ -311,8 +325,9 @@ func (s *state) removeLease(id secret.Hash) {
 func (s *state) removeQueue(q *queue) {
 	s.queues.remove(q.id)
 	s.counts.queues--
-	for i := range q.jobs {
+	for i, j := range q.jobs {
 		must(s.b.Delete(jobKey(q, i)))
+		s.countJob(j.storedStatus, -1)
 	}
 }
 
@@ -341,6 +356,9 @@ func (s *state) flush(w Writer) {
 	e := wire.NewEncoder(make([]byte, 0, 1024))
 	for id, live := range s.leases.dirty {
 		if l := s.leases.cache[id]; live && l != nil {
+			h := l.holds()
+			s.counts.holds += h - l.storedHolds
+			l.storedHolds = h
 			e.Reset()
 			l.encode(e, snapshotVersion)
 			s.setRecord(w, leaseKey(id), e.Bytes())
@@ -359,8 +377,12 @@ func (s *state) flush(w Writer) {
 				q.headerDirty = false
 			}
 			for _, i := range q.dirty {
+				j := q.jobs[i]
+				s.countJob(j.storedStatus, -1)
+				s.countJob(j.status, 1)
+				j.storedStatus = j.status
 				e.Reset()
-				q.jobs[i].encode(e)
+				j.encode(e)
 				must(w.Set(jobKey(q, i), e.Bytes()))
 			}
 			q.dirty = q.dirty[:0]
@@ -389,6 +411,14 @@ func (s *state) flush(w Writer) {
 	e.Reset()
 	s.encodeMeta(e)
 	must(w.Set(metaKey, e.Bytes()))
+}
+
+// countJob adds n jobs of status st (none for 0, a job never stored) to
+// the gauges.
+func (s *state) countJob(st JobStatus, n int64) {
+	if st >= JobPending && st <= JobFailed {
+		s.counts.jobs[st] += n
+	}
 }
 
 // setRecord writes a lease, queue or client record and adds its key to

@@ -111,10 +111,10 @@ var (
 	descApplied   = prometheus.NewDesc("holdfast_raft_applied_index", "Raft index applied to this node's state machine.", nil, nil)
 	descReady     = prometheus.NewDesc("holdfast_ready", "1 when this node is ready (leader known, caught up).", nil, nil)
 	descProposals = prometheus.NewDesc("holdfast_proposals_total", "Proposals made on this node by outcome.", []string{"outcome"}, nil)
-	descLeases    = prometheus.NewDesc("holdfast_leases", "Lease records within their lifecycle.", nil, nil)
-	descHeld      = prometheus.NewDesc("holdfast_leases_held", "Leases held and unexpired.", nil, nil)
-	descQueues    = prometheus.NewDesc("holdfast_queues", "Live queues.", nil, nil)
-	descJobs      = prometheus.NewDesc("holdfast_jobs", "Jobs in live queues by status.", []string{"status"}, nil)
+	descLeases    = prometheus.NewDesc("holdfast_leases", "Lease records (a record leaves at the sweep after its lifecycle ends).", nil, nil)
+	descHeld      = prometheus.NewDesc("holdfast_leases_held", "Holds the lease records show (a hold that ran out unreleased counts until its key is used again or its lifecycle ends).", nil, nil)
+	descQueues    = prometheus.NewDesc("holdfast_queues", "Queues (a queue leaves at the sweep after it expires).", nil, nil)
+	descJobs      = prometheus.NewDesc("holdfast_jobs", "Jobs of the queues by status (a claim whose window ran out counts as claimed until the sweep that ends it).", []string{"status"}, nil)
 	descMaxLeases = prometheus.NewDesc("holdfast_max_leases", "The replicated setting max_leases: lease records beyond which an acquire of a new key is refused.", nil, nil)
 	descMaxQueues = prometheus.NewDesc("holdfast_max_queues", "The replicated setting max_queues: queues beyond which a creation is refused.", nil, nil)
 	descSweeps    = prometheus.NewDesc("holdfast_sweeps_total", "Sweep entries this node committed as leader.", nil, nil)
@@ -170,7 +170,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSwept, prometheus.CounterValue, float64(v), kind)
 	}
 
-	stats := c.node.FSM().Stats(c.node.Now())
+	stats := c.node.FSM().Stats()
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(stats.Leases))
 	ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(stats.LeasesHeld))
 	ch <- prometheus.MustNewConstMetric(descQueues, prometheus.GaugeValue, float64(stats.Queues))

@@ -131,7 +131,7 @@ func (s *Server) uiStatus(c *gin.Context) {
 	c.JSON(http.StatusOK, uiStatusBody{
 		Limits: uiLimits{MaxLeases: set.MaxLeases, MaxQueues: set.MaxQueues},
 		NodeID: self.NodeID, LeaderID: self.LeaderID, Term: self.Term, Members: members,
-		Counts:        s.node.FSM().Stats(now),
+		Counts:        s.node.FSM().Stats(),
 		Proposals:     s.node.Counters().Proposals,
 		RequestsTotal: s.metrics.requestsTotal(),
 		TimeUnixMs:    now,
