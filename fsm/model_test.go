@@ -495,10 +495,10 @@ func TestPersistWhileApplying(t *testing.T) {
 	}
 }
 
-// tinyCaches makes f keep at most a record or two of each table between
-// batches, so that it reads them back from its store.
+// tinyCaches makes f keep about a record of each table between batches,
+// so that it reads them back from its store.
 func tinyCaches(f *FSM) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.st.leases.limit, f.st.queues.limit, f.st.clients.limit = 2, 2, 2
+	f.st.leases.limit, f.st.queues.limit, f.st.clients.limit = 2*recordOverhead, 2*recordOverhead, 2*recordOverhead
 }

@@ -197,6 +197,7 @@ func (q *queue) addJob(j *job) {
 	q.byKey[j.key] = len(q.jobs)
 	q.byID[j.id] = len(q.jobs)
 	q.jobs = append(q.jobs, j)
+	q.bytes += recordOverhead + int64(len(j.key)+len(j.payload))
 }
 
 // writeNodes writes the directory's entries and removes those gone.

@@ -70,6 +70,9 @@ type queue struct {
 	// headerDirty says whether the header changed too.
 	dirty       []int
 	headerDirty bool
+	// bytes is about the memory its jobs take, for the cache's weight,
+	// and counted what the cache counted of it when it last wrote it.
+	bytes, counted int64
 }
 
 type job struct {
@@ -114,20 +117,25 @@ type counts struct {
 // records is one table's cache: decoded records by id, and which of them
 // the open batch changed (true) or removed (false). A removed record stays
 // in the cache as nil until the batch ends. The cache has two generations:
-// a record found in the older moves to the newer, and when the newer is
-// full the older is dropped, so what is in use stays.
+// a record found in the older moves to the newer, and when the newer
+// weighs more than half the limit the older is dropped, so what is in use
+// stays. A record weighs about the memory it takes (weigh), counted when
+// it enters the newer generation and again each time a batch writes it,
+// so a record that grows while cached is counted at its new size.
 type records[K comparable, R any] struct {
-	cache map[K]R
-	old   map[K]R
-	dirty map[K]bool
-	limit int
+	cache  map[K]R
+	old    map[K]R
+	dirty  map[K]bool
+	limit  int64 // bytes
+	weight int64 // of the newer generation
+	weigh  func(R) int64
 	// mu is held by readers between batches, which share the cache under
 	// the state machine's read lock; a batch has the cache to itself.
 	mu sync.Mutex
 }
 
-func newRecords[K comparable, R any](limit int) *records[K, R] {
-	return &records[K, R]{cache: make(map[K]R), old: make(map[K]R), dirty: make(map[K]bool), limit: limit}
+func newRecords[K comparable, R any](limit int64, weigh func(R) int64) *records[K, R] {
+	return &records[K, R]{cache: make(map[K]R), old: make(map[K]R), dirty: make(map[K]bool), limit: limit, weigh: weigh}
 }
 
 // get returns the cached record for id, if any.
@@ -137,10 +145,17 @@ func (r *records[K, R]) get(id K) (R, bool) {
 	}
 	rec, ok := r.old[id]
 	if ok {
-		r.cache[id] = rec
+		r.add(id, rec)
 		delete(r.old, id)
 	}
 	return rec, ok
+}
+
+// add puts a record read from the store, or found in the older
+// generation, in the newer one.
+func (r *records[K, R]) add(id K, rec R) {
+	r.cache[id] = rec
+	r.weight += r.weigh(rec)
 }
 
 // set adds or marks changed a record in the open batch.
@@ -158,20 +173,56 @@ func (r *records[K, R]) remove(id K) {
 	r.dirty[id] = false
 }
 
+// written counts n more bytes for a record a batch wrote.
+func (r *records[K, R]) written(n int64) { r.weight += n }
+
 // trim keeps the cache within its limit between batches. Which records
 // go is of no consequence but speed: the store holds them all.
 func (r *records[K, R]) trim() {
-	if len(r.cache) > r.limit/2 {
-		r.old, r.cache = r.cache, make(map[K]R, r.limit/2)
+	if r.weight > r.limit/2 {
+		r.old, r.cache, r.weight = r.cache, make(map[K]R, len(r.cache)), 0
 	}
 }
 
-// Cache limits, in records, between batches.
+// Cache limits, in bytes of records between batches (see records).
 const (
-	leaseCacheLimit  = 1 << 16
-	queueCacheLimit  = 1 << 10
-	clientCacheLimit = 1 << 12
+	leaseCacheBytes  = 64 << 20
+	queueCacheBytes  = 64 << 20
+	clientCacheBytes = 8 << 20
 )
+
+// recordOverhead is about what a decoded record takes besides its
+// variable parts (its struct, its map entries).
+const recordOverhead = 200
+
+func weighLease(l *lease) int64 {
+	if l == nil {
+		return recordOverhead
+	}
+	n := int64(recordOverhead + len(l.result))
+	if l.checkpoint != nil {
+		n += int64(len(l.checkpoint.Value))
+	}
+	if l.set != nil {
+		n += int64(len(l.set.heap)) * recordOverhead
+	}
+	return n
+}
+
+func weighQueue(q *queue) int64 {
+	if q == nil {
+		return recordOverhead
+	}
+	q.counted = q.bytes
+	return recordOverhead + q.bytes
+}
+
+func weighClient(c *client) int64 {
+	if c == nil {
+		return recordOverhead
+	}
+	return recordOverhead + 8*int64(len(c.leaves))
+}
 
 // state is the replicated state: the scalars here, the records in the store.
 type state struct {
@@ -210,9 +261,9 @@ func newState(store Store) *state {
 		settings: DefaultSettings(),
 		nodes:    make(map[string]NodeInfo),
 		store:    store,
-		leases:   newRecords[secret.Hash, *lease](leaseCacheLimit),
-		queues:   newRecords[secret.ID, *queue](queueCacheLimit),
-		clients:  newRecords[secret.Hash, *client](clientCacheLimit),
+		leases:   newRecords[secret.Hash](leaseCacheBytes, weighLease),
+		queues:   newRecords[secret.ID](queueCacheBytes, weighQueue),
+		clients:  newRecords[secret.Hash](clientCacheBytes, weighClient),
 	}
 	s.timers = newTimers(s)
 	return s
@@ -257,7 +308,7 @@ func lookup[K comparable, R comparable](s *state, r *records[K, R], id K, key []
 			return zero
 		}
 	}
-	r.cache[id] = rec
+	r.add(id, rec)
 	return rec
 }
 
@@ -356,6 +407,7 @@ func (s *state) flush(w Writer) {
 	e := wire.NewEncoder(make([]byte, 0, 1024))
 	for id, live := range s.leases.dirty {
 		if l := s.leases.cache[id]; live && l != nil {
+			s.leases.written(weighLease(l))
 			h := l.holds()
 			s.counts.holds += h - l.storedHolds
 			l.storedHolds = h
@@ -370,6 +422,8 @@ func (s *state) flush(w Writer) {
 	}
 	for id, live := range s.queues.dirty {
 		if q := s.queues.cache[id]; live && q != nil {
+			s.queues.written(q.bytes - q.counted) // what it grew by
+			q.counted = q.bytes
 			if q.headerDirty {
 				e.Reset()
 				q.encodeHeader(e)
@@ -394,6 +448,7 @@ func (s *state) flush(w Writer) {
 	}
 	for id, live := range s.clients.dirty {
 		if c := s.clients.cache[id]; live && c != nil {
+			s.clients.written(weighClient(c))
 			e.Reset()
 			c.encode(e)
 			s.setRecord(w, clientKey(id), e.Bytes())

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/holdfast/holdfast/internal/secret"
@@ -77,4 +79,32 @@ func scanStats(t *testing.T, f *FSM, now int64) Stats {
 	var st Stats
 	eachStored(t, f, func(l *lease) { st.countLease(l, now) }, func(q *queue) { st.countQueue(f.st, q, now) })
 	return st
+}
+
+// TestRecordCachesStayWithinTheirLimit: what the caches keep between
+// batches is bounded by bytes, however large the records grow while
+// cached (a result stored on a lease read before).
+func TestRecordCachesStayWithinTheirLimit(t *testing.T) {
+	h := newHarness(t)
+	const limit = 1 << 20
+	h.f.st.leases.limit = limit
+	result := []byte(`"` + strings.Repeat("r", 30_000) + `"`)
+	cached := func() (n int64) {
+		for _, m := range []map[secret.Hash]*lease{h.f.st.leases.cache, h.f.st.leases.old} {
+			for _, l := range m {
+				n += weighLease(l)
+			}
+		}
+		return n
+	}
+	for i := range 500 {
+		k := secret.OwnerTokenHash(fmt.Sprint("key-", i))
+		h.lease(&LeaseAcquire{Now: h.now, Lease: k, Owner: secret.Hash{1}, TTLSeconds: 60})
+		if r := h.lease(&LeaseComplete{Now: h.now, Lease: k, Owner: secret.Hash{1}, Result: result}); r.Outcome != LeaseCompleted {
+			t.Fatalf("complete %d: %v", i, r.Outcome)
+		}
+		if n := cached(); n > limit+2*weighLease(&lease{result: result}) {
+			t.Fatalf("after %d completed leases the cache keeps %d bytes, limit %d", i+1, n, limit)
+		}
+	}
 }
