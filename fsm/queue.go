@@ -124,6 +124,9 @@ func (s *state) queueResult(o QueueOutcome, q *queue, j *job) QueueResult {
 	return r
 }
 
+// queueIndexHint is the most jobs a new queue's indexes are made for.
+const queueIndexHint = 128
+
 func (s *state) applyQueueCreate(c *QueueCreate) QueueResult {
 	if s.counts.queues >= s.settings.MaxQueues {
 		return QueueResult{Outcome: QueueLimitReached, Now: s.clock, Limit: s.settings.MaxQueues}
@@ -159,8 +162,10 @@ func (s *state) applyQueueCreate(c *QueueCreate) QueueResult {
 		write:     c.WriteToken,
 		worker:    c.WorkerToken,
 		read:      c.ReadToken,
-		byKey:     make(map[string]int),
-		byID:      make(map[secret.ID]int),
+		// Room for the jobs a queue takes at the default limit, so that
+		// enqueues do not grow the indexes step by step.
+		byKey: make(map[string]int, min(s.settings.QueueMaxJobs, queueIndexHint)),
+		byID:  make(map[secret.ID]int, min(s.settings.QueueMaxJobs, queueIndexHint)),
 	}
 	s.mutQueue(q)
 	s.counts.queues++
