@@ -80,7 +80,7 @@ func BenchmarkStateQueue(b *testing.B) {
 }
 
 func benchQueueLoad(b *testing.B, cycle bool) {
-	st, err := statestore.Open(b.TempDir(), statestore.Options{})
+	st, err := statestore.Open(b.TempDir(), statestore.Options{MemTableBytes: memtableBytes()})
 	if err != nil {
 		b.Fatal(err)
 	}

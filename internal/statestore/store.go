@@ -47,9 +47,11 @@ type Options struct {
 	// CacheBytes is the memory pebble keeps (default 128 MiB): the block
 	// cache, from which the memtables are reserved too.
 	CacheBytes int64
-	// MemTableBytes is the size of one memtable (default 16 MiB); a
-	// second fills while one is flushed. Both are reserved from
-	// CacheBytes, which must leave room for blocks beside them.
+	// MemTableBytes is the size of one memtable (default 32 MiB, at most
+	// a quarter of CacheBytes: larger ones cost fewer flushes and
+	// compactions for the same writes); a second fills while one is
+	// flushed. Both are reserved from CacheBytes, which must leave room
+	// for blocks beside them.
 	MemTableBytes uint64
 	// Logger receives pebble's messages (default: none).
 	Logger hclog.Logger
@@ -60,7 +62,7 @@ func (o Options) withDefaults() Options {
 		o.CacheBytes = 128 << 20
 	}
 	if o.MemTableBytes == 0 {
-		o.MemTableBytes = 16 << 20
+		o.MemTableBytes = 32 << 20
 	}
 	o.MemTableBytes = min(o.MemTableBytes, uint64(o.CacheBytes)/4)
 	if o.Logger == nil {
