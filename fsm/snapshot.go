@@ -242,9 +242,13 @@ func (q *queue) decode(d *wire.Decoder) {
 	d.Fixed(q.worker[:])
 	d.Fixed(q.read[:])
 	n := d.Len()
-	q.jobs = make([]*job, 0, n)
-	q.byKey = make(map[string]int, n)
-	q.byID = make(map[secret.ID]int, n)
+	// Made for the jobs a queue takes at the default limit at most: a
+	// count read from a stream is not checked against what follows it
+	// until those jobs are read.
+	hint := min(n, queueIndexHint)
+	q.jobs = make([]*job, 0, hint)
+	q.byKey = make(map[string]int, hint)
+	q.byID = make(map[secret.ID]int, hint)
 	for i := 0; i < n && d.Err() == nil; i++ {
 		j := &job{}
 		j.decode(d)
@@ -264,14 +268,37 @@ type snapshotSink interface {
 // decodeSnapshot checks snapshot bytes (magic, checksum, version, layout)
 // and hands their parts to sink.
 func decodeSnapshot(b []byte, sink snapshotSink) error {
-	if len(b) < len(snapshotMagic)+sha256.Size || string(b[:len(snapshotMagic)]) != snapshotMagic {
+	return readSnapshot(bytes.NewReader(b), sink)
+}
+
+// readSnapshot reads a snapshot from r as it goes, holding one record at
+// a time, and hands its parts to sink; it checks the magic, version and
+// layout as it reads, and the checksum at the end, so sink has taken
+// every part before the snapshot is known whole: what it builds must be
+// thrown away on an error (a restore replaces its store atomically).
+func readSnapshot(r io.Reader, sink snapshotSink) error {
+	h := sha256.New()
+	d := wire.NewStreamDecoder(r, func(p []byte) { h.Write(p) })
+	var magic [len(snapshotMagic)]byte
+	if d.Fixed(magic[:]); d.Err() != nil || string(magic[:]) != snapshotMagic {
 		return fmt.Errorf("%w: missing header", ErrSnapshot)
 	}
-	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
-	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
+	if err := decodeSnapshotBody(d, sink); err != nil {
+		return err
+	}
+	sum, err := d.Tail(sha256.Size)
+	if err != nil || len(sum) != sha256.Size {
+		return fmt.Errorf("%w: truncated after its records, or more follows them", ErrSnapshot)
+	}
+	if !bytes.Equal(h.Sum(nil), sum) {
 		return fmt.Errorf("%w: checksum mismatch", ErrSnapshot)
 	}
-	d := wire.NewDecoder(body[len(snapshotMagic):])
+	return nil
+}
+
+// decodeSnapshotBody reads the body after the magic: the version, the
+// header and the records.
+func decodeSnapshotBody(d *wire.Decoder, sink snapshotSink) error {
 	version := d.Uvarint()
 	if version < 1 || version > snapshotVersion {
 		return fmt.Errorf("%w: unknown format version %d", ErrSnapshot, version)
@@ -311,7 +338,7 @@ func decodeSnapshot(b []byte, sink snapshotSink) error {
 		ni.decode(d)
 		sink.node(ni)
 	}
-	if err := d.Finish(); err != nil {
+	if err := d.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrSnapshot, err)
 	}
 	return nil
@@ -388,9 +415,9 @@ func writeTimer(w Writer, k timerKey, at int64) {
 	must(w.Set(movingKey(at, k), nil))
 }
 
-// restoreInto replaces the contents of store by the state snapshot bytes
-// b hold, and returns that state.
-func restoreInto(store Store, b []byte) (*state, error) {
+// restoreInto replaces the contents of store by the state of the snapshot
+// r reads, and returns that state.
+func restoreInto(store Store, r io.Reader) (*state, error) {
 	s := newState(store)
 	err := store.Replace(0, func(w Writer) (err error) {
 		defer func() {
@@ -402,7 +429,7 @@ func restoreInto(store Store, b []byte) (*state, error) {
 				err = se
 			}
 		}()
-		if err := decodeSnapshot(b, &restoreSink{s: s, w: w, e: wire.NewEncoder(nil)}); err != nil {
+		if err := readSnapshot(r, &restoreSink{s: s, w: w, e: wire.NewEncoder(nil)}); err != nil {
 			return err
 		}
 		if plantedFenceReset {
@@ -465,15 +492,16 @@ func (s *fsmSnapshot) Release() { _ = s.v.store.Close() }
 
 // Restore replaces the whole state with the snapshot's. Readers see either
 // the old state or the new one, never a mix; the store holds either too.
+//
+// The snapshot is read as it arrives and written into the new store
+// record by record, so a restore holds no more of it in memory than a
+// record; it is checked whole (its checksum) before the new store
+// replaces the old one.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		return fmt.Errorf("read snapshot: %w", err)
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, err := restoreInto(f.st.store, b)
+	s, err := restoreInto(f.st.store, rc)
 	if err != nil {
 		return err
 	}

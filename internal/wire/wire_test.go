@@ -3,7 +3,9 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"io"
 	"math"
+	"reflect"
 	"testing"
 )
 
@@ -101,21 +103,94 @@ func TestErrorIsSticky(t *testing.T) {
 
 func FuzzDecoder(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 4})
+	f.Add([]byte{0, 3, 'a', 'b', 'c', 3, 0x80, 0x80, 1, 2, 0xff})
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// The same input through a slice and through a stream that
+		// gives a few bytes at a time reads the same values, fails
+		// alike, and hands every byte it read to consumed.
+		var seen []byte
 		d := NewDecoder(in)
-		for d.Err() == nil && d.Remaining() > 0 {
-			switch d.Byte() % 4 {
+		sd := NewStreamDecoder(&chunkReader{b: in}, func(p []byte) { seen = append(seen, p...) })
+		for step := 0; d.Err() == nil && d.Remaining() > 0; step++ {
+			op, sop := d.Byte(), sd.Byte()
+			if op != sop {
+				t.Fatalf("step %d: op %d from the slice, %d from the stream", step, op, sop)
+			}
+			var a, b any
+			switch op % 4 {
 			case 0:
-				d.Blob()
+				a, b = d.Blob(), sd.Blob()
 			case 1:
-				d.Uvarint()
+				a, b = d.Uvarint(), sd.Uvarint()
 			case 2:
-				d.Varint()
+				a, b = d.Varint(), sd.Varint()
 			default:
-				_ = d.String()
+				a, b = d.String(), sd.String()
+			}
+			if !reflect.DeepEqual(a, b) || (d.Err() == nil) != (sd.Err() == nil) {
+				t.Fatalf("step %d op %d: slice %v (%v), stream %v (%v)", step, op%4, a, d.Err(), b, sd.Err())
 			}
 		}
+		if d.Err() != nil {
+			return
+		}
+		rest, err := sd.Tail(len(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(append(seen, rest...), in) {
+			t.Fatalf("the stream decoder handed over %x and left %x of %x", seen, rest, in)
+		}
 	})
+}
+
+// chunkReader gives its bytes 1 to 3 at a time.
+type chunkReader struct {
+	b []byte
+	n int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	r.n++
+	k := min(len(p), len(r.b), 1+r.n%3)
+	copy(p, r.b[:k])
+	r.b = r.b[k:]
+	return k, nil
+}
+
+// TestStreamDecoderTail: what follows the last value is left whole, and a
+// stream with more than the caller allows after it is refused.
+func TestStreamDecoderTail(t *testing.T) {
+	e := NewEncoder(nil)
+	e.Uvarint(300)
+	e.Blob(bytes.Repeat([]byte("x"), 100_000))
+	in := append(e.Bytes(), "trailer"...)
+	var seen []byte
+	d := NewStreamDecoder(&chunkReader{b: in}, func(p []byte) { seen = append(seen, p...) })
+	if d.Uvarint() != 300 || len(d.Blob()) != 100_000 {
+		t.Fatal(d.Err())
+	}
+	rest, err := d.Tail(7)
+	if err != nil || string(rest) != "trailer" || !bytes.Equal(seen, e.Bytes()) {
+		t.Fatalf("tail %q, %v; consumed %d bytes of %d", rest, err, len(seen), len(e.Bytes()))
+	}
+	d = NewStreamDecoder(bytes.NewReader(in), nil)
+	d.Uvarint()
+	if _, err := d.Tail(6); err == nil {
+		t.Fatal("a tail longer than allowed was taken")
+	}
+	d = NewStreamDecoder(bytes.NewReader([]byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}), nil)
+	if d.Len(); d.Err() == nil {
+		t.Fatal("an overlong varint was taken")
+	}
+	e = NewEncoder(nil)
+	e.Uvarint(MaxStreamLen + 1)
+	if d = NewStreamDecoder(bytes.NewReader(e.Bytes()), nil); d.Len() != 0 || d.Err() == nil {
+		t.Fatal("a stream length above MaxStreamLen was taken")
+	}
 }
 
 // TestBeginEndBlobWritesWhatBlobWrites: a byte string appended in place
