@@ -19,6 +19,10 @@ const StateDir = "state"
 // stateStore is the state store as the state machine sees it.
 type stateStore struct{ s *statestore.Store }
 
+// StateStore is st as the state machine sees it, for tools that open a
+// state machine on a store of their own (fsm.Open).
+func StateStore(st *statestore.Store) fsm.Store { return stateStore{st} }
+
 var _ fsm.Store = stateStore{}
 
 func (a stateStore) Get(key []byte) ([]byte, bool, error) { return a.s.Get(key) }

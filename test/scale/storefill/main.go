@@ -1,23 +1,20 @@
 package main
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/holdfast/holdfast/internal/statestore"
+	"github.com/holdfast/holdfast/test/scale/measure"
 )
 
 // store is what the fill needs of an engine.
@@ -70,7 +67,7 @@ func run(engine, dir string, leases, jobs, resultBytes, payloadBytes, batch int)
 	elapsed := time.Since(start)
 	records := leases + jobs
 	fmt.Printf("fill: %.0f records/s (%.1f s); peak rss %d MiB (anon %d MiB, file %d MiB at the end)\n",
-		float64(records)/elapsed.Seconds(), elapsed.Seconds(), f.peakRSS>>20, rss("RssAnon")>>20, rss("RssFile")>>20)
+		float64(records)/elapsed.Seconds(), elapsed.Seconds(), f.peakRSS>>20, measure.Memory("RssAnon")>>20, measure.Memory("RssFile")>>20)
 
 	reads := min(records, 200000)
 	start = time.Now()
@@ -90,7 +87,7 @@ func run(engine, dir string, leases, jobs, resultBytes, payloadBytes, batch int)
 		return err
 	}
 	seen := make(map[uint64]bool)
-	disk, err := du(filepath.Join(dir, "store"), seen)
+	disk, err := measure.DiskBytes(filepath.Join(dir, "store"), seen)
 	if err != nil {
 		return err
 	}
@@ -113,10 +110,10 @@ func run(engine, dir string, leases, jobs, resultBytes, payloadBytes, batch int)
 	if err := s.snapshot(filepath.Join(dir, "snap")); err != nil {
 		return err
 	}
-	if _, err := du(filepath.Join(dir, "store"), seen); err != nil {
+	if _, err := measure.DiskBytes(filepath.Join(dir, "store"), seen); err != nil {
 		return err
 	}
-	snap, err := du(filepath.Join(dir, "snap"), seen)
+	snap, err := measure.DiskBytes(filepath.Join(dir, "snap"), seen)
 	if err != nil {
 		return err
 	}
@@ -184,7 +181,7 @@ func (f *filler) flush() error {
 	}
 	f.kvs = f.kvs[:0]
 	if f.index%64 == 0 {
-		f.peakRSS = max(f.peakRSS, rss("VmRSS"))
+		f.peakRSS = max(f.peakRSS, measure.Memory("VmRSS"))
 	}
 	return nil
 }
@@ -213,49 +210,6 @@ func expiryKey(at int64, k []byte) []byte {
 }
 
 var appliedKey = []byte("\x00applied")
-
-// rss reads one of this process's memory figures, in bytes.
-func rss(field string) int64 {
-	fh, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer fh.Close()
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// du is the bytes allocated to the files under dir and not to any file
-// seen before (seen), so a checkpoint of hard links counts only what it
-// added to the store it was taken from.
-func du(dir string, inodes map[uint64]bool) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st, ok := info.Sys().(*syscall.Stat_t)
-		if !ok {
-			return fmt.Errorf("%s: no inode data", d.Name())
-		}
-		if !inodes[st.Ino] {
-			inodes[st.Ino] = true
-			n += st.Blocks * 512
-		}
-		return nil
-	})
-	return n, err
-}
 
 func openStore(engine, dir string) (store, error) {
 	switch engine {
