@@ -350,6 +350,13 @@ func (st *Stats) countQueue(s *state, q *queue, now int64) {
 // minKeyFilterKeys is the fewest keys a key filter is sized for.
 const minKeyFilterKeys = 1 << 20
 
+// KeyFilterBuilt reports whether lookups use a key filter now.
+func (f *FSM) KeyFilterBuilt() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.filter != nil
+}
+
 // ErrBuildStopped is BuildKeyFilter's error when it was told to stop.
 var ErrBuildStopped = errors.New("fsm: key filter build stopped")
 

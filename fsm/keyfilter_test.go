@@ -36,7 +36,7 @@ func TestKeyFilterBuild(t *testing.T) {
 	if err := h.f.BuildKeyFilter(nil); err != nil {
 		t.Fatal(err)
 	}
-	if h.f.KeyFilterWanted() || h.f.st.filter == nil {
+	if h.f.KeyFilterWanted() || !h.f.KeyFilterBuilt() {
 		t.Fatal("a finished build left no filter in use")
 	}
 	owner = 2

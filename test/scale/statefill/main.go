@@ -257,7 +257,7 @@ func run(c config) error {
 		return err
 	}
 	opened := time.Since(start)
-	for n.f.KeyFilterWanted() {
+	for !n.f.KeyFilterBuilt() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Printf("reopen: state open in %.2f s, key filter built %.2f s after the start; rss %d MiB\n",
