@@ -83,6 +83,14 @@ type Config struct {
 	// rejoining after a wipe is briefly out of the configuration, and must
 	// still count.
 	LevelSettle time.Duration
+	// MinFreeDiskBytes is the free space of DataDir's file system below
+	// which this node, leading, refuses new lease keys, queues and jobs
+	// (507 naming the disk), so that the log and the state store keep
+	// room for what exists (default 1 GiB; negative: no floor).
+	MinFreeDiskBytes int64
+	// DiskFree reports the free bytes of the file system that holds path,
+	// for an unprivileged writer (default: statfs); tests replace it.
+	DiskFree func(path string) (uint64, error)
 	// BuildVersion names this node's build in its status.
 	BuildVersion string
 	// MaxAppendEntries bounds how many entries are written and sent together
@@ -163,6 +171,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.MinFreeDiskBytes == 0 {
+		c.MinFreeDiskBytes = 1 << 30
+	}
+	if c.DiskFree == nil {
+		c.DiskFree = statfsFree
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: PeerTransport(c.Peer)}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -44,6 +45,10 @@ type Node struct {
 	proposeCh  chan *proposal
 	proposals  sync.Pool // of *proposal, reused once answered
 	shutdownCh chan struct{}
+	// diskFree is the data directory's free space as last read, and
+	// diskUnread whether the last read failed (see readDiskFree).
+	diskFree   atomic.Uint64
+	diskUnread atomic.Bool
 	closeOnce  sync.Once
 	wg         sync.WaitGroup
 
@@ -168,7 +173,9 @@ func Open(cfg Config) (*Node, error) {
 	n.goLoop(n.registerLoop)
 	n.goLoop(n.clockLoop)
 	n.goLoop(n.snapshotRetryLoop)
+	n.readDiskFree()
 	n.goLoop(n.keyFilterLoop)
+	n.goLoop(n.diskLoop)
 	alone := len(cfg.Join) == 0 && cfg.BootstrapExpect <= 1
 	switch {
 	case cfg.Restore != nil && hasState:

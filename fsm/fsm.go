@@ -429,3 +429,25 @@ func (f *FSM) BuildKeyFilter(stop func() bool) error {
 	}
 	return nil
 }
+
+// HasLease reports whether the state holds a record of the lease id (in
+// any state, its lifecycle not ended and swept): an acquire of it counts
+// no new record.
+func (f *FSM) HasLease(id secret.Hash) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.lease(id) != nil
+}
+
+// HasJobKey reports whether the queue id holds a job of key: an enqueue
+// of it adds no job.
+func (f *FSM) HasJobKey(id secret.ID, key string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	q := f.st.queue(id)
+	if q == nil {
+		return false
+	}
+	_, ok := q.byKey[key]
+	return ok
+}

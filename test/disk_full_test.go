@@ -41,11 +41,14 @@ type diskNodes struct {
 }
 
 // newDiskCluster makes n node slots, each with its data directory on a
-// tmpfs of diskSize, started with small log segments but not yet started.
+// tmpfs of diskSize, started with small log segments and no free-space
+// floor, but not yet started.
 // It skips the test where mounting is not permitted.
 func newDiskCluster(t *testing.T, n int) *diskNodes {
 	t.Helper()
-	c := env.NewCluster(t, n, harness.Options{Args: []string{"--test-log-segment-size", fmt.Sprint(segmentSize)}})
+	// No free-space floor: these tests fill the disk itself (the floor
+	// has TestFreeSpaceFloor).
+	c := env.NewCluster(t, n, harness.Options{Args: []string{"--test-log-segment-size", fmt.Sprint(segmentSize), "--min-free-disk", "0"}})
 	for _, node := range c.Nodes() {
 		mountTmpfs(t, c, node)
 	}
@@ -539,4 +542,64 @@ func TestDiskFullSingleNode(t *testing.T) {
 	t.Logf("the first write was acknowledged %v after space came back", time.Since(freed).Round(time.Millisecond))
 	d.recovered(node, pid)
 	w.checkKept(node)
+}
+
+// TestFreeSpaceFloor: a leader whose data directory has less free space
+// than --min-free-disk refuses new lease keys, queues and jobs with 507
+// naming the floor and changes nothing, while the keys, queues and jobs
+// that exist go on working.
+func TestFreeSpaceFloor(t *testing.T) {
+	d := newDiskCluster(t, 1)
+	d.c.StartBootstrap()
+	node := d.c.WaitLeader()
+	d.c.WaitAllReady()
+	e := &apiEnv{c: d.c, leader: node, secrets: newSecretSet(), stored: newSecretSet(), ids: newSecretSet()}
+	ns := e.newNamespace(t, node)
+	kept := map[string]any{"namespace": ns, "key": "kept", "ttl_seconds": 60}
+	g := e.do(t, node, post("/lease/acquire", kept))
+	expectStatus(t, "acquire before the floor", g, http.StatusCreated)
+	owner := str(t, "acquire before the floor", g.m, "owner_token")
+	expectStatus(t, "complete before the floor", e.do(t, node, post("/lease/complete",
+		map[string]any{"namespace": ns, "key": "kept", "owner_token": owner, "result": map[string]any{"n": 1}})), http.StatusOK)
+	q := e.createQueue(t, node)
+	expectStatus(t, "enqueue before the floor", e.enqueue(t, node, q, "job-1", `{"n":1}`), http.StatusCreated)
+
+	const floor = int64(2 * diskSize) // more than the whole tmpfs: always below
+	d.c.Restart(node, "--min-free-disk", fmt.Sprint(floor))
+	d.c.WaitLeader()
+	d.c.WaitAllReady()
+
+	lowDisk := func(what string, a *answer) {
+		t.Helper()
+		expectStatus(t, what, a, http.StatusInsufficientStorage)
+		if s := str(t, what, a.m, "status"); s != "disk_low" {
+			t.Errorf("%s: status %q, want disk_low", what, s)
+		}
+		if s := str(t, what, a.m, "setting"); s != "min_free_disk" {
+			t.Errorf("%s: setting %q, want min_free_disk", what, s)
+		}
+		if got := integer(t, what, a.m, "min_free_bytes"); got != floor {
+			t.Errorf("%s: min_free_bytes %d, want %d", what, got, floor)
+		}
+		if free := integer(t, what, a.m, "free_bytes"); free >= floor || free <= 0 {
+			t.Errorf("%s: free_bytes %d, want the tmpfs's free space", what, free)
+		}
+	}
+	lowDisk("acquire of a new key", e.do(t, node, post("/lease/acquire", map[string]any{"namespace": ns, "key": "new", "ttl_seconds": 60})))
+	lowDisk("queue creation", e.do(t, node, post("/queue", map[string]any{})))
+	lowDisk("enqueue of a new job key", e.enqueue(t, node, q, "job-2", `{"n":2}`))
+
+	// What exists works: the done key gives its result, the job is found
+	// again by its key, claimed and acked.
+	r := e.do(t, node, post("/lease/acquire", kept))
+	expectStatus(t, "acquire of the done key", r, http.StatusOK)
+	if s := str(t, "acquire of the done key", r.m, "status"); s != "completed" {
+		t.Errorf("acquire of the done key: status %q, want completed", s)
+	}
+	expectStatus(t, "enqueue of the job key again", e.enqueue(t, node, q, "job-1", `{"n":1}`), http.StatusOK)
+	c := e.claim(t, node, q, "")
+	expectStatus(t, "claim", c, http.StatusOK)
+	claimed := object(t, "claim", c.m, "job")
+	job, receipt := str(t, "claim", claimed, "job_id"), str(t, "claim", claimed, "receipt")
+	expectStatus(t, "ack", e.jobAction(t, node, q, job, "ack", receiptBody(receipt)), http.StatusOK)
 }

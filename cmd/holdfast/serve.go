@@ -55,6 +55,7 @@ type serveConfig struct {
 	testRaftPeers     string
 	testHTTPPeers     string
 	testSegmentSize   int64
+	minFreeDisk       int64
 	tls               serveTLSFlags
 }
 
@@ -81,6 +82,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 120*time.Second, "how often to check whether to snapshot")
 	fs.Uint64Var(&c.trailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
+	fs.Int64Var(&c.minFreeDisk, "min-free-disk", 1<<30, "free bytes of the data directory's file system below which this node, leading, refuses new lease keys, queues and jobs with 507 (0: no floor)")
 	fs.DurationVar(&c.sweepInterval, "sweep-interval", time.Second, "how often the leader checks for expired deadlines")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
 	fs.DurationVar(&c.maxClockSkew, "max-clock-skew", time.Second, "a node whose clock is further than this from the cluster's median does not lead")
@@ -291,6 +293,7 @@ func runNode(c *serveConfig, log hclog.Logger) error {
 		RaftPeerAddrs:     raftPeers,
 		HTTPPeerAddrs:     httpPeers,
 		LogSegmentSize:    c.testSegmentSize,
+		MinFreeDiskBytes:  minFreeDiskBytes(c.minFreeDisk),
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -390,4 +393,13 @@ wait:
 	}
 	log.Info("stopped cleanly")
 	return runErr
+}
+
+// minFreeDiskBytes is --min-free-disk as the node's configuration takes
+// it: 0 (no floor) is negative there, where 0 is the default.
+func minFreeDiskBytes(flagValue int64) int64 {
+	if flagValue <= 0 {
+		return -1
+	}
+	return flagValue
 }

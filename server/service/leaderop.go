@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/jsonenc"
 	"github.com/holdfast/holdfast/internal/secret"
 	"github.com/holdfast/holdfast/internal/wire"
 )
@@ -100,6 +101,9 @@ func (s *Service) prepare(op *leaderOp) *Error {
 		if bad != nil {
 			return bad
 		}
+		if bad := s.diskRoom(func() bool { return !s.node.FSM().HasLease(c.Lease) }); bad != nil {
+			return bad
+		}
 		c.Now, c.TTLSeconds = now, ttl
 	case *fsm.LeaseRenew:
 		ttl, bad := ttlSeconds(op.ttl, st)
@@ -120,6 +124,9 @@ func (s *Service) prepare(op *leaderOp) *Error {
 		}
 		c.Now = now
 	case *fsm.QueueCreate:
+		if bad := s.diskRoom(nil); bad != nil {
+			return bad
+		}
 		c.Now = now
 	case *fsm.JobEnqueue:
 		if int64(len(c.Payload)) > st.MaxPayloadBytes {
@@ -127,6 +134,9 @@ func (s *Service) prepare(op *leaderOp) *Error {
 		}
 		if r := s.preauthorize(QueueAuth{c.Queue, c.Token}, fsm.RoleWrite); r != nil {
 			return r
+		}
+		if bad := s.diskRoom(func() bool { return !s.node.FSM().HasJobKey(c.Queue, c.Key) }); bad != nil {
+			return bad
 		}
 		c.Now = now
 	case *fsm.JobClaim:
@@ -166,6 +176,20 @@ func (s *Service) prepare(op *leaderOp) *Error {
 		return Fail(KindInvalid, fmt.Sprintf("command type %d is not an API operation", op.cmd.Type()), nil)
 	}
 	return nil
+}
+
+// diskRoom refuses a command that would add a record (isNew, when given,
+// says whether it would) while the leader's data directory has less free
+// space than its floor: the log and the state store keep room for the
+// keys, queues and jobs that exist, which go on working.
+func (s *Service) diskRoom(isNew func() bool) *Error {
+	free, floor, low := s.node.DiskLow()
+	if !low || isNew != nil && !isNew() {
+		return nil
+	}
+	return Fail(KindStorageFull,
+		fmt.Sprintf("the leader's data directory has %d bytes free, below its floor of %d (holdfast serve --min-free-disk): new keys, queues and jobs are refused until there is room; those that exist work as before", free, floor),
+		jsonenc.H{"status": "disk_low", "setting": "min_free_disk", "free_bytes": free, "min_free_bytes": floor, "node_id": s.node.ID()})
 }
 
 // propose commits cmd and wakes the waiters of what it changed.
