@@ -41,18 +41,7 @@ func (n *Node) readDiskFree() {
 }
 
 // diskLoop reads the data directory's free space every diskCheck.
-func (n *Node) diskLoop() {
-	t := time.NewTicker(diskCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.shutdownCh:
-			return
-		case <-t.C:
-			n.readDiskFree()
-		}
-	}
-}
+func (n *Node) diskLoop() { n.every(diskCheck, n.readDiskFree) }
 
 // DiskLow reports the data directory's free space as last read, the
 // floor (MinFreeDiskBytes), and whether the space is below it.

@@ -433,6 +433,20 @@ func (n *Node) bootstrapSelf() error {
 	return nil
 }
 
+// every calls f every d until Shutdown begins.
+func (n *Node) every(d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
 // goLoop runs f in a goroutine that Shutdown waits for.
 func (n *Node) goLoop(f func()) {
 	n.wg.Add(1)

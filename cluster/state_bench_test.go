@@ -23,18 +23,7 @@ import (
 func BenchmarkStateLeaseCycle(b *testing.B) {
 	for _, per := range []int{1, 64} {
 		b.Run(map[int]string{1: "batch=1", 64: "batch=64"}[per], func(b *testing.B) {
-			st, err := statestore.Open(b.TempDir(), statestore.Options{MemTableBytes: memtableBytes()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			f, err := fsm.Open(stateStore{st})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := f.BuildKeyFilter(nil); err != nil {
-				b.Fatal(err)
-			}
+			f, _ := openBenchState(b)
 			var idx uint64
 			logs := make([]*raft.Log, 0, 2*per)
 			now := int64(1788602400000)
@@ -80,18 +69,7 @@ func BenchmarkStateQueue(b *testing.B) {
 }
 
 func benchQueueLoad(b *testing.B, cycle bool) {
-	st, err := statestore.Open(b.TempDir(), statestore.Options{MemTableBytes: memtableBytes()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	f, err := fsm.Open(stateStore{st})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := f.BuildKeyFilter(nil); err != nil {
-		b.Fatal(err)
-	}
+	f, st := openBenchState(b)
 	var idx uint64
 	var logs []*raft.Log
 	add := func(c fsm.Command) {
@@ -139,6 +117,24 @@ func benchQueueLoad(b *testing.B, cycle bool) {
 	m := st.Metrics().Total()
 	b.ReportMetric(m.WriteAmp(), "write-amp")
 	b.ReportMetric(float64(m.TableBytesFlushed+m.TableBytesCompacted)/float64(b.N), "store-B/op")
+}
+
+// openBenchState opens a state machine on a new disk store with its key
+// filter built, closed when b ends. MEMTABLE sets the memtable size.
+func openBenchState(b *testing.B) (*fsm.FSM, *statestore.Store) {
+	st, err := statestore.Open(b.TempDir(), statestore.Options{MemTableBytes: memtableBytes()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	f, err := fsm.Open(stateStore{st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := f.BuildKeyFilter(nil); err != nil {
+		b.Fatal(err)
+	}
+	return f, st
 }
 
 func memtableBytes() uint64 {

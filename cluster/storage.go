@@ -809,22 +809,15 @@ func (s *watchedSink) release() {
 // snapshot, a probe file written and synced in the snapshots directory
 // does.
 func (n *Node) snapshotRetryLoop() {
-	t := time.NewTicker(n.cfg.SnapshotRetry)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.shutdownCh:
-			return
-		case <-t.C:
-		}
+	n.every(n.cfg.SnapshotRetry, func() {
 		if !n.storage.failing(StorageSnapshots) {
-			continue
+			return
 		}
 		// A failure is reported by the snapshot store itself.
 		if err := n.raft.Snapshot().Error(); errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			n.storage.report(StorageSnapshots, probeDir(filepath.Join(n.cfg.DataDir, StorageSnapshots)))
 		}
-	}
+	})
 }
 
 // probeDir writes, syncs and removes a small file in dir.

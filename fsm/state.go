@@ -405,59 +405,41 @@ func (s *state) commit(index uint64) {
 // flush encodes the dirty records and the scalars into w.
 func (s *state) flush(w Writer) {
 	e := wire.NewEncoder(make([]byte, 0, 1024))
-	for id, live := range s.leases.dirty {
-		if l := s.leases.cache[id]; live && l != nil {
-			s.leases.written(weighLease(l))
-			h := l.holds()
-			s.counts.holds += h - l.storedHolds
-			l.storedHolds = h
+	flushRecords(w, s.leases, func(id secret.Hash) []byte { return leaseKey(id) }, func(id secret.Hash, l *lease) {
+		s.leases.written(weighLease(l))
+		h := l.holds()
+		s.counts.holds += h - l.storedHolds
+		l.storedHolds = h
+		e.Reset()
+		l.encode(e, snapshotVersion)
+		s.setRecord(w, leaseKey(id), e.Bytes())
+	})
+	flushRecords(w, s.queues, func(id secret.ID) []byte { return queueKey(id) }, func(id secret.ID, q *queue) {
+		s.queues.written(q.bytes - q.counted) // what it grew by
+		q.counted = q.bytes
+		if q.headerDirty {
 			e.Reset()
-			l.encode(e, snapshotVersion)
-			s.setRecord(w, leaseKey(id), e.Bytes())
-		} else {
-			must(w.Delete(leaseKey(id)))
-			delete(s.leases.cache, id)
+			q.encodeHeader(e)
+			s.setRecord(w, queueKey(id), e.Bytes())
+			q.headerDirty = false
 		}
-		delete(s.leases.dirty, id)
-	}
-	for id, live := range s.queues.dirty {
-		if q := s.queues.cache[id]; live && q != nil {
-			s.queues.written(q.bytes - q.counted) // what it grew by
-			q.counted = q.bytes
-			if q.headerDirty {
-				e.Reset()
-				q.encodeHeader(e)
-				s.setRecord(w, queueKey(id), e.Bytes())
-				q.headerDirty = false
-			}
-			for _, i := range q.dirty {
-				j := q.jobs[i]
-				s.countJob(j.storedStatus, -1)
-				s.countJob(j.status, 1)
-				j.storedStatus = j.status
-				e.Reset()
-				j.encode(e)
-				must(w.Set(jobKey(q, i), e.Bytes()))
-			}
-			q.dirty = q.dirty[:0]
-		} else {
-			must(w.Delete(queueKey(id)))
-			delete(s.queues.cache, id)
-		}
-		delete(s.queues.dirty, id)
-	}
-	for id, live := range s.clients.dirty {
-		if c := s.clients.cache[id]; live && c != nil {
-			s.clients.written(weighClient(c))
+		for _, i := range q.dirty {
+			j := q.jobs[i]
+			s.countJob(j.storedStatus, -1)
+			s.countJob(j.status, 1)
+			j.storedStatus = j.status
 			e.Reset()
-			c.encode(e)
-			s.setRecord(w, clientKey(id), e.Bytes())
-		} else {
-			must(w.Delete(clientKey(id)))
-			delete(s.clients.cache, id)
+			j.encode(e)
+			must(w.Set(jobKey(q, i), e.Bytes()))
 		}
-		delete(s.clients.dirty, id)
-	}
+		q.dirty = q.dirty[:0]
+	})
+	flushRecords(w, s.clients, func(id secret.Hash) []byte { return clientKey(id) }, func(id secret.Hash, c *client) {
+		s.clients.written(weighClient(c))
+		e.Reset()
+		c.encode(e)
+		s.setRecord(w, clientKey(id), e.Bytes())
+	})
 	if s.nodesDirty {
 		s.writeNodes(w)
 		s.nodesDirty = false
@@ -466,6 +448,21 @@ func (s *state) flush(w Writer) {
 	e.Reset()
 	s.encodeMeta(e)
 	must(w.Set(metaKey, e.Bytes()))
+}
+
+// flushRecords writes each record of r the open batch changed (write) and
+// deletes each it removed, which then leaves the cache.
+func flushRecords[K comparable, R comparable](w Writer, r *records[K, R], key func(K) []byte, write func(K, R)) {
+	var zero R
+	for id, live := range r.dirty {
+		if rec := r.cache[id]; live && rec != zero {
+			write(id, rec)
+		} else {
+			must(w.Delete(key(id)))
+			delete(r.cache, id)
+		}
+		delete(r.dirty, id)
+	}
 }
 
 // countJob adds n jobs of status st (none for 0, a job never stored) to
