@@ -1,5 +1,3 @@
-// Package measure reads what the scale tools report of a process and a
-// directory: resident memory and the bytes files take on disk.
 package measure
 
 import (
