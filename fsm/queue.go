@@ -152,7 +152,7 @@ func (s *state) applyQueueCreate(c *QueueCreate) QueueResult {
 		s.counts.clients++
 		cl = s.mutClient(&client{id: c.Client})
 	}
-	cl.leaves = append(cl.leaves, s.clock+secondsToMillis(s.settings.QueueCreateWindowSeconds))
+	cl.add(s.clock + secondsToMillis(s.settings.QueueCreateWindowSeconds))
 	s.rearmClient(cl)
 
 	q := &queue{
@@ -175,7 +175,24 @@ func (s *state) applyQueueCreate(c *QueueCreate) QueueResult {
 
 // prune drops the creations that have left the window at now.
 func (c *client) prune(now int64) {
-	c.leaves = slices.DeleteFunc(c.leaves, func(t int64) bool { return t <= now })
+	k := 0
+	for i, t := range c.leaves {
+		if t <= now {
+			if c.seqs[i] != 0 {
+				c.gone = append(c.gone, c.seqs[i])
+			}
+			continue
+		}
+		c.leaves[k], c.seqs[k] = t, c.seqs[i]
+		k++
+	}
+	c.leaves, c.seqs = c.leaves[:k], c.seqs[:k]
+}
+
+// add records a creation that leaves the window at t.
+func (c *client) add(t int64) {
+	c.leaves = append(c.leaves, t)
+	c.seqs = append(c.seqs, 0)
 }
 
 // rearmClient keeps the client's timer a pure function of its record: armed
@@ -183,7 +200,7 @@ func (c *client) prune(now int64) {
 // whether the record was removed.
 func (s *state) rearmClient(cl *client) bool {
 	if len(cl.leaves) == 0 {
-		s.removeClient(cl.id)
+		s.removeClient(cl)
 		s.timers.cancel(clientTimer(cl.id))
 		return true
 	}

@@ -78,6 +78,8 @@ func (l *lease) holds() int64 {
 	return n
 }
 
+// encode writes the client as snapshots hold it: its id and its
+// creations' window ends, in the order they were made.
 func (c *client) encode(e *wire.Encoder) {
 	e.Fixed(c.id[:])
 	e.Uvarint(uint64(len(c.leaves)))
@@ -86,18 +88,57 @@ func (c *client) encode(e *wire.Encoder) {
 	}
 }
 
+// decode reads a client as snapshots hold it; none of its creations is
+// in a store yet.
 func (c *client) decode(d *wire.Decoder) {
 	d.Fixed(c.id[:])
 	for k := d.Len(); k > 0 && d.Err() == nil; k-- {
-		c.leaves = append(c.leaves, d.Varint())
+		c.add(d.Varint())
 	}
 }
 
-func decodeClient(b []byte) (*client, error) {
+// encodeHeader writes a client's header record: its id and the last
+// number given to one of its creations, which are records of their own.
+func (c *client) encodeHeader(e *wire.Encoder) {
+	e.Fixed(c.id[:])
+	e.Uvarint(c.next)
+}
+
+// loadClient decodes a client's header and reads its creations from the
+// committed store (see lookup).
+func (s *state) loadClient(b []byte) (*client, error) { return loadClient(s.store, b) }
+
+// loadClient decodes a client's header and reads its creations from r,
+// in the order they were numbered, which is the order they were made.
+func loadClient(r Reader, b []byte) (*client, error) {
 	c := &client{}
 	d := wire.NewDecoder(b)
-	c.decode(d)
-	return c, d.Finish()
+	d.Fixed(c.id[:])
+	c.next = d.Uvarint()
+	if err := d.Finish(); err != nil {
+		return nil, err
+	}
+	var derr error
+	p := createPrefix(c.id)
+	err := r.Scan(p, prefixEnd(p), func(k, v []byte) bool {
+		q := binary.BigEndian.Uint64(k[len(k)-8:])
+		if q == 0 || q > c.next {
+			derr = fmt.Errorf("client %x: creation %d beyond the last numbered, %d", c.id, q, c.next)
+			return false
+		}
+		d := wire.NewDecoder(v)
+		t := d.Varint()
+		if derr = d.Finish(); derr != nil {
+			return false
+		}
+		c.leaves = append(c.leaves, t)
+		c.seqs = append(c.seqs, q)
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	return c, err
 }
 
 func (j *job) encode(e *wire.Encoder) {

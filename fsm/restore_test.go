@@ -83,3 +83,57 @@ func TestRestoreReadsAsItWrites(t *testing.T) {
 		t.Fatal("a refused restore changed the state")
 	}
 }
+
+// sizingStore records the largest value each batch writes.
+type sizingStore struct {
+	*MemStore
+	largest int
+}
+
+func (s *sizingStore) Begin() StoreBatch { return sizingBatch{s.MemStore.Begin(), s} }
+
+type sizingBatch struct {
+	StoreBatch
+	s *sizingStore
+}
+
+func (b sizingBatch) Set(k, v []byte) error {
+	if k[0] == tableClient || k[0] == tableCreate {
+		b.s.largest = max(b.s.largest, len(v))
+	}
+	return b.StoreBatch.Set(k, v)
+}
+
+// TestAClientCreationWritesSmallKeys: a client's creations are records of
+// their own, so the thousandth queue a client creates writes no more of
+// it than the first.
+func TestAClientCreationWritesSmallKeys(t *testing.T) {
+	store := &sizingStore{MemStore: NewMemStore()}
+	f, err := Open(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	many := int64(5000)
+	now := t0
+	f.ApplyCommand(&SetSettings{Now: now, Patch: SettingsPatch{QueuesPerClient: &many, MaxQueues: &many}})
+	client := secret.Hash{9}
+	for i := range 2000 {
+		var q secret.ID
+		copy(q[:], fmt.Sprint("queue-", i))
+		r := f.ApplyCommand(&QueueCreate{Now: now, Queue: q, Client: client}).(*QueueResult)
+		if r.Outcome != QueueCreated {
+			t.Fatalf("creation %d: %v", i, r.Outcome)
+		}
+		now++
+	}
+	if store.largest > 64 {
+		t.Fatalf("a creation wrote a client value of %d bytes", store.largest)
+	}
+	if got := f.Stats().Queues; got != 2000 {
+		t.Fatalf("%d queues", got)
+	}
+	g := snapshotRestore(t, f)
+	if g.StateHash() != f.StateHash() {
+		t.Fatal("the client's creations do not survive a snapshot")
+	}
+}

@@ -127,7 +127,11 @@ func (v *view) writeTo(w io.Writer) error {
 	}
 	e.Uvarint(uint64(v.counts.clients))
 	err = v.eachRecord(tableClient, v.counts.clients, func(b []byte) error {
-		e.Fixed(b) // a client's record is its snapshot encoding
+		c, err := loadClient(v.store, b)
+		if err != nil {
+			return err
+		}
+		c.encode(e)
 		return flush()
 	})
 	if err != nil {
@@ -395,7 +399,13 @@ func (r *restoreSink) client(c *client) {
 		return // a record without entries is removed at once, as rearmClient does
 	}
 	r.s.counts.clients++
-	c.encode(r.e)
+	for i, t := range c.leaves {
+		c.next++
+		c.seqs[i] = c.next
+		r.e.Varint(t)
+		r.set(createKey(c.id, c.next))
+	}
+	c.encodeHeader(r.e)
 	r.set(clientKey(c.id))
 	writeTimer(r.w, clientTimer(c.id), slices.Min(c.leaves))
 }

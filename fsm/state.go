@@ -97,6 +97,12 @@ type job struct {
 type client struct {
 	id     secret.Hash
 	leaves []int64
+	// seqs numbers each entry of leaves in the store (0: not written
+	// yet), next is the last number given, and gone lists the written
+	// entries removed in the open batch.
+	seqs []uint64
+	next uint64
+	gone []uint64
 }
 
 // counts are the sizes the limits and snapshots need without a scan.
@@ -327,7 +333,7 @@ func (s *state) queue(id secret.ID) *queue {
 }
 
 func (s *state) client(id secret.Hash) *client {
-	return lookup(s, s.clients, id, clientKey(id), decodeClient)
+	return lookup(s, s.clients, id, clientKey(id), s.loadClient)
 }
 
 // putLease adds or marks changed a lease record of the open batch.
@@ -382,8 +388,19 @@ func (s *state) removeQueue(q *queue) {
 	}
 }
 
-func (s *state) removeClient(id secret.Hash) {
-	s.clients.remove(id)
+// removeClient removes a client record and its creations in the open
+// batch.
+func (s *state) removeClient(c *client) {
+	for _, q := range c.gone {
+		must(s.b.Delete(createKey(c.id, q)))
+	}
+	for _, q := range c.seqs {
+		if q != 0 {
+			must(s.b.Delete(createKey(c.id, q)))
+		}
+	}
+	c.gone, c.seqs, c.leaves = nil, nil, nil
+	s.clients.remove(c.id)
 	s.counts.clients--
 }
 
@@ -436,8 +453,21 @@ func (s *state) flush(w Writer) {
 	})
 	flushRecords(w, s.clients, func(id secret.Hash) []byte { return clientKey(id) }, func(id secret.Hash, c *client) {
 		s.clients.written(weighClient(c))
+		for _, q := range c.gone {
+			must(w.Delete(createKey(id, q)))
+		}
+		c.gone = c.gone[:0]
+		for i, q := range c.seqs {
+			if q == 0 {
+				c.next++
+				c.seqs[i] = c.next
+				e.Reset()
+				e.Varint(c.leaves[i])
+				must(w.Set(createKey(id, c.next), e.Bytes()))
+			}
+		}
 		e.Reset()
-		c.encode(e)
+		c.encodeHeader(e)
 		s.setRecord(w, clientKey(id), e.Bytes())
 	})
 	if s.nodesDirty {

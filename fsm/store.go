@@ -92,7 +92,8 @@ const (
 	tableLease  = 'l' // + lease id (32)
 	tableQueue  = 'q' // + queue id (16): the queue's header
 	tableJob    = 'J' // + queue creation time (8, as timers) + queue id (16) + job index (4, big-endian)
-	tableClient = 'c' // + client id (32)
+	tableClient = 'c' // + client id (32): the client's header
+	tableCreate = 'C' // + client id (32) + sequence (8, big-endian): one creation's window end
 	tableNode   = 'n' // + node id
 	tableTimer  = 't' // + time (8, big-endian, sign bit flipped) + kind (1) + a (32) + b (16): a fixed timer
 	tableMoving = 'v' // the same: a moving timer
@@ -129,6 +130,21 @@ func jobPrefix(q *queue) []byte {
 
 func clientKey(id [32]byte) []byte {
 	return append([]byte{tableClient}, id[:]...)
+}
+
+// createKey is the key of a client's creation numbered seq: a client
+// keeps each creation under a key of its own, so recording one writes one
+// small key, not the client's whole list.
+func createKey(id [32]byte, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(createPrefix(id), seq)
+}
+
+// createPrefix is what every key of a client's creations starts with.
+func createPrefix(id [32]byte) []byte {
+	k := make([]byte, 1+32, 1+32+8)
+	k[0] = tableCreate
+	copy(k[1:], id[:])
+	return k
 }
 
 func nodeKey(id string) []byte {
