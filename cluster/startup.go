@@ -119,10 +119,11 @@ func (n *Node) checkSnapshots(snaps raft.SnapshotStore, logs raft.LogStore) erro
 }
 
 // verifySnapshot reads a snapshot through the store (which checks its CRC)
-// and checks the state machine's format and checksum.
+// and checks the state machine's format and checksum; one kept as a
+// checkpoint is checked as openChecked says, without reading its state.
 func verifySnapshot(snaps raft.SnapshotStore, id string) error {
-	_, rc, err := snaps.Open(id)
-	if err != nil {
+	rc, err := openState(snaps, id)
+	if err != nil || rc == nil {
 		return err
 	}
 	defer rc.Close()
@@ -151,15 +152,24 @@ func unreadableSnapshots(dir string, snaps raft.SnapshotStore, listed []*raft.Sn
 		if !e.IsDir() || strings.HasSuffix(id, ".tmp") || slices.ContainsFunc(listed, func(m *raft.SnapshotMeta) bool { return m.ID == id }) {
 			continue
 		}
-		_, rc, err := snaps.Open(id)
+		err := openable(snaps, id)
 		if err == nil {
-			_ = rc.Close()
 			continue
 		}
 		ids = append(ids, id)
 		problems = append(problems, fmt.Sprintf("%s: unreadable: %v", id, err))
 	}
 	return ids, problems, nil
+}
+
+// openable reports whether snapshot id opens: its meta and checksum, and
+// for one kept as a checkpoint, the checkpoint's own.
+func openable(snaps raft.SnapshotStore, id string) error {
+	rc, err := openState(snaps, id)
+	if rc != nil {
+		_ = rc.Close()
+	}
+	return err
 }
 
 // setAsideSnapshot moves snapshot id out of the snapshot store's directory

@@ -107,7 +107,7 @@ func TestDamagedNewestSnapshotFallsBack(t *testing.T) {
 // range, and moves nothing.
 func TestDamagedSnapshotWithoutLogRefuses(t *testing.T) {
 	cfg, snaps := snapshotted(t, 1, 256)
-	flipByte(t, filepath.Join(snaps[0], "state.bin"), func(size int) int { return size - 40 })
+	flipByte(t, filepath.Join(snaps[0], "state.bin"), func(size int) int { return max(size-40, size/2) })
 	n, err := Open(cfg)
 	if err == nil {
 		_ = n.Kill()

@@ -77,22 +77,50 @@ type durableFSM struct {
 	state *statestore.Store
 }
 
-// Snapshot implements raft.FSM.
+// Snapshot implements raft.FSM. From CheckpointLevel on, it sets the state
+// store's memtable aside for flushing, which takes no time, so that
+// Persist can keep the snapshot as a checkpoint of the store as of this
+// moment once the flush is done.
 func (d durableFSM) Snapshot() (raft.FSMSnapshot, error) {
 	s, err := d.FSM.Snapshot()
 	if err != nil {
 		return nil, err
 	}
-	return flushingSnapshot{FSMSnapshot: s, state: d.state}, nil
+	snap := flushingSnapshot{FSMSnapshot: s, state: d.state}
+	if d.FSM.Level() >= CheckpointLevel {
+		if flushed, err := d.state.StartFlush(); err == nil {
+			snap.flushed, snap.applied = flushed, d.state.Applied()
+		}
+	}
+	return snap, nil
 }
 
 type flushingSnapshot struct {
 	raft.FSMSnapshot
 	state *statestore.Store
+	// flushed, when set, is closed once the store is durable up to
+	// applied, the index of the snapshot's state.
+	flushed <-chan struct{}
+	applied uint64
 }
 
-// Persist flushes the state store, then writes the snapshot.
+// Persist keeps the snapshot as a checkpoint of the state store when it
+// can (see persistCheckpoint); otherwise it flushes the store and writes
+// the state in the state machine's format.
 func (s flushingSnapshot) Persist(sink raft.SnapshotSink) error {
+	if s.flushed != nil {
+		kept, err := persistCheckpoint(s.state, s.flushed, s.applied, sink)
+		if err != nil {
+			_ = sink.Cancel()
+			return fmt.Errorf("persist snapshot: %w", err)
+		}
+		if kept {
+			if err := sink.Close(); err != nil {
+				return fmt.Errorf("close snapshot sink: %w", err)
+			}
+			return nil
+		}
+	}
 	if err := s.state.Flush(); err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)

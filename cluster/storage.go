@@ -675,6 +675,8 @@ type watchedSnapshots struct {
 	// removed, so that a disk that stays full does not collect one per
 	// attempt.
 	dir string
+	// frozen holds the checkpoints of snapshots open while they are read.
+	frozen frozenSnapshots
 }
 
 func (s *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,

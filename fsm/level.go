@@ -17,7 +17,11 @@ import "github.com/holdfast/holdfast/internal/wire"
 //     (LeaseCheckpoint), snapshot format 4 (a lease's slots, holders and
 //     checkpoint), the leader's lease results with slots or a checkpoint
 //     on the peer link.
-const BuildLevel uint32 = 2
+//   - Level 3: a node keeps its Raft snapshots as checkpoints of its state
+//     store (cluster.CheckpointLevel), which a build of level 2 cannot
+//     read; log entries, the snapshot format a follower receives and the
+//     peer link are level 2's.
+const BuildLevel uint32 = 3
 
 // SetLevel raises the cluster's active level. The leader proposes it only
 // once every member has reported that it speaks Level. It never lowers

@@ -256,9 +256,23 @@ func (s *state) writeNodes(w Writer) {
 	}
 }
 
-// load reads the scalars and the node directory of the store's state.
+// load reads the scalars, the node directory and the near timers of the
+// store's state.
 func (s *state) load() error {
-	v, ok, err := s.store.Get(metaKey)
+	if err := s.loadScalars(s.store); err != nil {
+		return err
+	}
+	if err := s.timers.load(s.store); err != nil {
+		return fmt.Errorf("read the timers: %w", err)
+	}
+	heap.Init(&s.timers.h)
+	return nil
+}
+
+// loadScalars reads the scalars and the node directory of the state r
+// holds.
+func (s *state) loadScalars(r Reader) error {
+	v, ok, err := r.Get(metaKey)
 	if err != nil {
 		return fmt.Errorf("read the state's meta record: %w", err)
 	}
@@ -273,7 +287,7 @@ func (s *state) load() error {
 	}
 	lower, upper := tableBounds(tableNode)
 	var derr error
-	err = s.store.Scan(lower, upper, func(_, v []byte) bool {
+	err = r.Scan(lower, upper, func(_, v []byte) bool {
 		var n NodeInfo
 		d := wire.NewDecoder(v)
 		n.decode(d)
@@ -288,9 +302,5 @@ func (s *state) load() error {
 	if err != nil {
 		return fmt.Errorf("read the node directory: %w", err)
 	}
-	if err := s.timers.load(s.store); err != nil {
-		return fmt.Errorf("read the timers: %w", err)
-	}
-	heap.Init(&s.timers.h)
 	return nil
 }

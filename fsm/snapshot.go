@@ -65,11 +65,15 @@ type view struct {
 func (f *FSM) capture() (*view, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s := f.st
-	sv, err := s.store.View()
+	sv, err := f.st.store.View()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: view the state store: %w", err)
 	}
+	return f.st.viewOf(sv), nil
+}
+
+// viewOf is the view of s whose records sv holds.
+func (s *state) viewOf(sv View) *view {
 	return &view{
 		clock:    s.clock,
 		fencing:  s.fencing,
@@ -78,8 +82,24 @@ func (f *FSM) capture() (*view, error) {
 		counts:   s.counts,
 		nodes:    s.sortedNodes(),
 		store:    sv,
-	}, nil
+	}
 }
+
+// WriteStoreSnapshot writes the snapshot of the state that r holds (a
+// checkpoint of a node's state store, say) to w: the bytes the state
+// machine's own snapshot would have been at the index r was taken at.
+func WriteStoreSnapshot(r Reader, w io.Writer) error {
+	s := newState(nil)
+	if err := s.loadScalars(r); err != nil {
+		return fmt.Errorf("snapshot of a stored state: %w", err)
+	}
+	return s.viewOf(readerView{r}).writeTo(w)
+}
+
+// readerView is a Reader that needs no closing, as a View.
+type readerView struct{ Reader }
+
+func (readerView) Close() error { return nil }
 
 // writeTo encodes the view in its canonical order: the store's, by id.
 func (v *view) writeTo(w io.Writer) error {

@@ -323,14 +323,15 @@ func noSecretsAtRest(t *testing.T, e *apiEnv) {
 				bolt = append(bolt, f)
 			case strings.HasPrefix(rel, "raft-log"+string(filepath.Separator)) && strings.HasSuffix(rel, ".seg"):
 				segs = append(segs, f)
-			case strings.HasPrefix(rel, "snapshots"+string(filepath.Separator)) && strings.HasSuffix(rel, "state.bin"):
+			case strings.HasPrefix(rel, "snapshots"+string(filepath.Separator)):
+				// state.bin, or a checkpoint's files beside its marker
 				snaps = append(snaps, f)
 			case rel == "node-id":
 				nodeID = string(bytes.TrimSpace(f.data)) == n.ID
 			}
 		}
 		if len(bolt) != 1 || len(segs) == 0 || len(snaps) == 0 || !nodeID {
-			t.Errorf("%s: want raft.db, raft-log/*.seg, at least one snapshots/*/state.bin and no other node-id than %q; found %d bolt files, %d log segments, %d snapshots, node-id ok %v",
+			t.Errorf("%s: want raft.db, raft-log/*.seg, at least one snapshot's files under snapshots/ and no other node-id than %q; found %d bolt files, %d log segments, %d snapshots, node-id ok %v",
 				n.ID, n.ID, len(bolt), len(segs), len(snaps), nodeID)
 			continue
 		}

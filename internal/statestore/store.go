@@ -274,6 +274,18 @@ func (s *Store) Flush() error {
 	return nil
 }
 
+// StartFlush starts making every batch committed so far durable and
+// returns a channel closed once they are. It does not wait: it only sets
+// the memtable that holds them aside for flushing, so a caller that must
+// not block writers (the state machine's snapshot) can wait elsewhere.
+func (s *Store) StartFlush() (<-chan struct{}, error) {
+	ch, err := s.db.AsyncFlush()
+	if err != nil {
+		return nil, fmt.Errorf("flush state store: %w", err)
+	}
+	return ch, nil
+}
+
 // Checkpoint flushes the store and makes a durable copy of it in dir
 // (which must not exist, and must be on the store's file system): hard
 // links to its immutable files, so it costs what changed since the last
@@ -282,6 +294,13 @@ func (s *Store) Checkpoint(dir string) error {
 	if err := s.Flush(); err != nil {
 		return err
 	}
+	return s.CheckpointFlushed(dir)
+}
+
+// CheckpointFlushed is Checkpoint without the flush: the copy holds what
+// was durable when it was taken (every batch up to some index, the one
+// its Applied says), none of what was committed but not yet flushed.
+func (s *Store) CheckpointFlushed(dir string) error {
 	if err := s.db.Checkpoint(dir); err != nil {
 		return fmt.Errorf("checkpoint state store to %s: %w", dir, err)
 	}
@@ -290,6 +309,54 @@ func (s *Store) Checkpoint(dir string) error {
 	}
 	if err := atomicfile.SyncDir(filepath.Dir(dir)); err != nil {
 		return fmt.Errorf("checkpoint state store to %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Frozen is a read-only database: a checkpoint of a store.
+type Frozen struct {
+	db      *pebble.DB
+	applied uint64
+}
+
+// OpenFrozen opens the checkpoint in dir read-only.
+func OpenFrozen(dir string) (*Frozen, error) {
+	o := pebbleOptions(Options{}.withDefaults())
+	o.ReadOnly, o.ErrorIfNotExists = true, true
+	cache := pebble.NewCache(8 << 20)
+	defer cache.Unref()
+	o.Cache = cache
+	db, err := pebble.Open(dir, o)
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoint %s: %w", dir, err)
+	}
+	v, ok, err := get(db, appliedKey)
+	if err == nil && (!ok || len(v) != 8) {
+		err = fmt.Errorf("no applied index (%d bytes)", len(v))
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open checkpoint %s: %w", dir, err)
+	}
+	return &Frozen{db: db, applied: binary.BigEndian.Uint64(v)}, nil
+}
+
+// Applied is the index of the last log entry the checkpoint holds.
+func (f *Frozen) Applied() uint64 { return f.applied }
+
+// Get returns a copy of key's value.
+func (f *Frozen) Get(key []byte) ([]byte, bool, error) { return get(f.db, key) }
+
+// Scan calls fn for each key in [lower, upper), in order, until fn
+// returns false.
+func (f *Frozen) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return scan(f.db, lower, upper, fn)
+}
+
+// Close closes the checkpoint.
+func (f *Frozen) Close() error {
+	if err := f.db.Close(); err != nil {
+		return fmt.Errorf("close checkpoint: %w", err)
 	}
 	return nil
 }

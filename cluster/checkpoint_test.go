@@ -1,0 +1,189 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/secret"
+	"github.com/holdfast/holdfast/internal/statestore"
+)
+
+// newestSnapshot returns the newest snapshot's meta and its state as the
+// node's snapshot store reads it.
+func newestSnapshot(t *testing.T, n *Node) (*raft.SnapshotMeta, []byte) {
+	t.Helper()
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) == 0 {
+		t.Fatalf("list snapshots: %v %v", metas, err)
+	}
+	meta, rc, err := n.snaps.Open(metas[0].ID)
+	if err != nil {
+		t.Fatalf("open snapshot %s: %v", metas[0].ID, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read snapshot %s: %v", metas[0].ID, err)
+	}
+	return meta, b
+}
+
+// TestSnapshotsAreCheckpointsFromTheirLevel: from CheckpointLevel on, a
+// node keeps a snapshot as a checkpoint of its state store (a marker in
+// state.bin and the store's files beside it) and reads it back, with its
+// size, as exactly the state machine's own snapshot of that state; below
+// that level it keeps the state machine's snapshot, which a build of the
+// level before reads.
+func TestSnapshotsAreCheckpointsFromTheirLevel(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		speaks     *uint32
+		checkpoint bool
+	}{
+		{"this build", nil, true},
+		{"a build of the level before", olderBuild(CheckpointLevel - 1), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig(t, "solo", t.TempDir(), true)
+			cfg.LevelSettle, cfg.testLevel = time.Hour, c.speaks
+			n := open(t, cfg)
+			waitReadyLeader(t, n)
+			grantKeys(t, n, 0, 20)
+			if err := n.raft.Snapshot().Error(); err != nil {
+				t.Fatalf("snapshot: %v", err)
+			}
+			meta, got := newestSnapshot(t, n)
+			if want := n.fsm.SnapshotBytes(); !bytes.Equal(got, want) || meta.Size != int64(len(want)) {
+				t.Fatalf("the snapshot reads as %d bytes (meta size %d), the state machine's is %d bytes; equal: %v",
+					len(got), meta.Size, len(want), bytes.Equal(got, want))
+			}
+			dir := filepath.Join(cfg.DataDir, StorageSnapshots, meta.ID)
+			state, err := os.ReadFile(filepath.Join(dir, "state.bin"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			applied, marked := parseCheckpointMarker(state)
+			_, statErr := os.Stat(filepath.Join(dir, checkpointDir))
+			if marked != c.checkpoint || (statErr == nil) != c.checkpoint {
+				t.Fatalf("state.bin is a checkpoint's marker: %v, a checkpoint directory: %v; want %v", marked, statErr == nil, c.checkpoint)
+			}
+			if marked && applied != n.state.Applied() {
+				t.Fatalf("the marker says index %d, the store is at %d", applied, n.state.Applied())
+			}
+			if err := verifySnapshot(n.snaps, meta.ID); err != nil {
+				t.Fatalf("verify the snapshot: %v", err)
+			}
+		})
+	}
+}
+
+// TestRestartFromACheckpointSnapshot: a node restarted on a checkpoint
+// snapshot starts from its store; one whose store is gone restores the
+// checkpoint through the state machine's format and applies the log after
+// it; a checkpoint that lost its manifest fails the snapshot's check.
+func TestRestartFromACheckpointSnapshot(t *testing.T) {
+	cfg, _ := stateAfterSnapshot(t)
+	if err := os.RemoveAll(filepath.Join(cfg.DataDir, StateDir)); err != nil {
+		t.Fatal(err)
+	}
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	if got := n.fsm.Stats().Leases; got != 10 {
+		t.Fatalf("%d lease records after the restore, want the 10 granted", got)
+	}
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) == 0 {
+		t.Fatalf("list snapshots: %v %v", metas, err)
+	}
+	ckpt := filepath.Join(cfg.DataDir, StorageSnapshots, metas[0].ID, checkpointDir)
+	manifests, err := filepath.Glob(filepath.Join(ckpt, "MANIFEST-*"))
+	if err != nil || len(manifests) == 0 {
+		t.Fatalf("the checkpoint's manifest: %v %v", manifests, err)
+	}
+	for _, m := range manifests {
+		if err := os.Remove(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := openSnapshots(cfg.DataDir, cfg.Logger, &storageHealth{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := verifySnapshot(s, metas[0].ID); err == nil {
+		t.Fatal("a checkpoint without its manifest verified")
+	}
+}
+
+// memCheckpointSink is a checkpoint sink over a directory of its own.
+type memCheckpointSink struct {
+	bytes.Buffer
+	dir string
+}
+
+func (s *memCheckpointSink) ID() string                    { return "test" }
+func (s *memCheckpointSink) Cancel() error                 { return nil }
+func (s *memCheckpointSink) Close() error                  { return nil }
+func (s *memCheckpointSink) checkpointDir() (string, bool) { return s.dir, true }
+
+// TestACheckpointPastItsIndexIsNotKept: a checkpoint holds what the store
+// had flushed when it was taken; when that includes batches after the
+// snapshot's index, it is removed and the snapshot is written in the
+// state machine's format instead, since a follower installing it would
+// apply those entries twice.
+func TestACheckpointPastItsIndexIsNotKept(t *testing.T) {
+	st, err := statestore.Open(t.TempDir(), statestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f, err := fsm.Open(StateStore(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(index uint64) {
+		f.ApplyBatch([]*raft.Log{{Index: index, Type: raft.LogCommand, Data: fsm.Encode(&fsm.LeaseAcquire{Now: int64(index), Lease: secret.Hash{byte(index)}, Owner: secret.Hash{1}, TTLSeconds: 60})}})
+	}
+	for _, c := range []struct {
+		name  string
+		later bool // another batch is committed and flushed before the checkpoint
+		kept  bool
+	}{
+		{"nothing flushed after the index", false, true},
+		{"a later batch flushed", true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			apply(st.Applied() + 1)
+			applied := st.Applied()
+			flushed, err := st.StartFlush()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.later {
+				apply(applied + 1)
+				if err := st.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sink := &memCheckpointSink{dir: filepath.Join(t.TempDir(), checkpointDir)}
+			kept, err := persistCheckpoint(st, flushed, applied, sink)
+			if err != nil || kept != c.kept {
+				t.Fatalf("persistCheckpoint: kept %v, %v; want kept %v", kept, err, c.kept)
+			}
+			_, statErr := os.Stat(sink.dir)
+			if got, ok := parseCheckpointMarker(sink.Bytes()); ok != c.kept || (statErr == nil) != c.kept || ok && got != applied {
+				t.Fatalf("marker %q (index %d), checkpoint directory there: %v; want one at index %d: %v", sink.Bytes(), got, statErr == nil, applied, c.kept)
+			}
+		})
+	}
+}
