@@ -62,6 +62,14 @@ type checkpointSink interface {
 	checkpointDir() (dir string, ok bool)
 }
 
+// checkpointDirOf is where sink keeps a checkpoint, if it can.
+func checkpointDirOf(sink raft.SnapshotSink) (string, bool) {
+	if cs, ok := sink.(checkpointSink); ok {
+		return cs.checkpointDir()
+	}
+	return "", false
+}
+
 func (s *watchedSink) checkpointDir() (string, bool) {
 	if s.dir == "" {
 		return "", false
@@ -69,22 +77,14 @@ func (s *watchedSink) checkpointDir() (string, bool) {
 	return filepath.Join(s.dir, checkpointDir), true
 }
 
-// persistCheckpoint makes the snapshot a checkpoint of the state store,
-// once flushed reports durable every batch up to applied (the snapshot's
-// state). It reports false, leaving nothing behind, when the sink cannot
-// hold a checkpoint or when the store had flushed later batches too by
+// persistCheckpoint makes dir a checkpoint of the state store and writes
+// its marker to the snapshot's state file, once flushed reports durable
+// every batch up to applied (the snapshot's state). It reports false,
+// leaving nothing behind, when the store had flushed later batches too by
 // the time the checkpoint was taken: the checkpoint would then hold
-// entries past the snapshot's index, which a follower installing it
-// would apply a second time; the caller writes the state instead.
-func persistCheckpoint(st *statestore.Store, flushed <-chan struct{}, applied uint64, sink raft.SnapshotSink) (bool, error) {
-	cs, ok := sink.(checkpointSink)
-	if !ok {
-		return false, nil
-	}
-	dir, ok := cs.checkpointDir()
-	if !ok {
-		return false, nil
-	}
+// entries past the snapshot's index, which a follower installing it would
+// apply a second time; the caller writes the state instead.
+func persistCheckpoint(st *statestore.Store, flushed <-chan struct{}, applied uint64, dir string, state io.Writer) (bool, error) {
 	<-flushed
 	if err := st.CheckpointFlushed(dir); err != nil {
 		return false, discardCheckpoint(dir, err)
@@ -100,7 +100,7 @@ func persistCheckpoint(st *statestore.Store, flushed <-chan struct{}, applied ui
 	if got != applied {
 		return false, discardCheckpoint(dir, nil)
 	}
-	if _, err := sink.Write(checkpointMarker(applied)); err != nil {
+	if _, err := state.Write(checkpointMarker(applied)); err != nil {
 		return false, fmt.Errorf("write the checkpoint's marker: %w", err)
 	}
 	return true, nil

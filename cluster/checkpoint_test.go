@@ -176,7 +176,11 @@ func TestACheckpointPastItsIndexIsNotKept(t *testing.T) {
 				}
 			}
 			sink := &memCheckpointSink{dir: filepath.Join(t.TempDir(), checkpointDir)}
-			kept, err := persistCheckpoint(st, flushed, applied, sink)
+			dir, ok := checkpointDirOf(sink)
+			if !ok {
+				t.Fatal("the sink holds no checkpoint")
+			}
+			kept, err := persistCheckpoint(st, flushed, applied, dir, sink)
 			if err != nil || kept != c.kept {
 				t.Fatalf("persistCheckpoint: kept %v, %v; want kept %v", kept, err, c.kept)
 			}

@@ -150,7 +150,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	conf := n.raftConfig()
 	conf.NoSnapshotRestoreOnStart = current
-	r, err := raft.NewRaft(conf, durableFSM{FSM: n.fsm, state: n.state}, logs, stable, n.snaps, trans)
+	r, err := raft.NewRaft(conf, durableFSM{FSM: n.fsm, state: n.state, log: n.log}, logs, stable, n.snaps, trans)
 	if err != nil {
 		n.closeStores()
 		return nil, fmt.Errorf("start raft: %w", err)

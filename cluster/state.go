@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/holdfast/holdfast/fsm"
@@ -75,6 +76,7 @@ func (n *Node) stateIsCurrent() (bool, error) {
 type durableFSM struct {
 	*fsm.FSM
 	state *statestore.Store
+	log   hclog.Logger
 }
 
 // Snapshot implements raft.FSM. From CheckpointLevel on, it sets the state
@@ -86,7 +88,7 @@ func (d durableFSM) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap := flushingSnapshot{FSMSnapshot: s, state: d.state}
+	snap := flushingSnapshot{FSMSnapshot: s, state: d.state, log: d.log}
 	if d.FSM.Level() >= CheckpointLevel {
 		if flushed, err := d.state.StartFlush(); err == nil {
 			snap.flushed, snap.applied = flushed, d.state.Applied()
@@ -102,14 +104,15 @@ type flushingSnapshot struct {
 	// applied, the index of the snapshot's state.
 	flushed <-chan struct{}
 	applied uint64
+	log     hclog.Logger
 }
 
 // Persist keeps the snapshot as a checkpoint of the state store when it
 // can (see persistCheckpoint); otherwise it flushes the store and writes
 // the state in the state machine's format.
 func (s flushingSnapshot) Persist(sink raft.SnapshotSink) error {
-	if s.flushed != nil {
-		kept, err := persistCheckpoint(s.state, s.flushed, s.applied, sink)
+	if dir, ok := checkpointDirOf(sink); ok && s.flushed != nil {
+		kept, err := persistCheckpoint(s.state, s.flushed, s.applied, dir, sink)
 		if err != nil {
 			_ = sink.Cancel()
 			return fmt.Errorf("persist snapshot: %w", err)
@@ -120,6 +123,8 @@ func (s flushingSnapshot) Persist(sink raft.SnapshotSink) error {
 			}
 			return nil
 		}
+		s.log.Info("the state store had flushed entries past the snapshot's index when it was checkpointed; writing the snapshot in the state machine's format instead",
+			"snapshot", sink.ID(), "index", s.applied)
 	}
 	if err := s.state.Flush(); err != nil {
 		_ = sink.Cancel()
