@@ -486,10 +486,13 @@ func snapshotFormats(dataDir string) string {
 		}
 		k, _ := f.Read(b)
 		_ = f.Close()
-		const magic = "HOLDFAST-SNAP"
+		const magic, checkpoint = "HOLDFAST-SNAP", "HOLDFAST-CKPT"
 		v := "unreadable"
-		if k > len(magic) && string(b[:len(magic)]) == magic {
+		switch {
+		case k > len(magic) && string(b[:len(magic)]) == magic:
 			v = fmt.Sprintf("format %d", b[len(magic)])
+		case k > len(checkpoint) && string(b[:len(checkpoint)]) == checkpoint:
+			v = "a checkpoint of the state store (level 3)"
 		}
 		out = append(out, filepath.Base(filepath.Dir(p))+" "+v)
 	}
