@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -85,26 +84,22 @@ func TestSnapshotsAreCheckpointsFromTheirLevel(t *testing.T) {
 	}
 }
 
-// TestRestartFromACheckpointSnapshot: a node restarted on a checkpoint
-// snapshot starts from its store; one whose store is gone restores the
-// checkpoint through the state machine's format and applies the log after
-// it; a checkpoint that lost its manifest fails the snapshot's check.
-func TestRestartFromACheckpointSnapshot(t *testing.T) {
+// TestACheckpointWithoutItsManifestFailsItsCheck: a node's start checks a
+// checkpoint snapshot by opening it (TestStateStoreBehindTheSnapshotIsRestored
+// restores one): one that lost its manifest fails the check, and so is
+// set aside as damaged.
+func TestACheckpointWithoutItsManifestFailsItsCheck(t *testing.T) {
 	cfg, _ := stateAfterSnapshot(t)
-	if err := os.RemoveAll(filepath.Join(cfg.DataDir, StateDir)); err != nil {
+	s, err := openSnapshots(cfg.DataDir, cfg.Logger, &storageHealth{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	n := open(t, cfg)
-	waitReadyLeader(t, n)
-	if got := n.fsm.Stats().Leases; got != 10 {
-		t.Fatalf("%d lease records after the restore, want the 10 granted", got)
-	}
-	if err := n.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	metas, err := n.snaps.List()
+	metas, err := s.List()
 	if err != nil || len(metas) == 0 {
 		t.Fatalf("list snapshots: %v %v", metas, err)
+	}
+	if err := verifySnapshot(s, metas[0].ID); err != nil {
+		t.Fatalf("verify the checkpoint snapshot: %v", err)
 	}
 	ckpt := filepath.Join(cfg.DataDir, StorageSnapshots, metas[0].ID, checkpointDir)
 	manifests, err := filepath.Glob(filepath.Join(ckpt, "MANIFEST-*"))
@@ -115,10 +110,6 @@ func TestRestartFromACheckpointSnapshot(t *testing.T) {
 		if err := os.Remove(m); err != nil {
 			t.Fatal(err)
 		}
-	}
-	s, err := openSnapshots(cfg.DataDir, cfg.Logger, &storageHealth{})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if err := verifySnapshot(s, metas[0].ID); err == nil {
 		t.Fatal("a checkpoint without its manifest verified")

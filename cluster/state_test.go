@@ -62,7 +62,8 @@ func TestRestartResumesFromTheStateStore(t *testing.T) {
 
 // TestStateStoreBehindTheSnapshotIsRestored: a node whose state store is
 // missing (a data directory of a build before the store) restores its
-// newest snapshot into a new store and replays the log after it.
+// newest snapshot (a checkpoint of the store it lost, read in the state
+// machine's format) into a new store and replays the log after it.
 func TestStateStoreBehindTheSnapshotIsRestored(t *testing.T) {
 	cfg, _ := stateAfterSnapshot(t)
 	if err := os.RemoveAll(filepath.Join(cfg.DataDir, StateDir)); err != nil {
