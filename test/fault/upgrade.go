@@ -3,9 +3,11 @@
 package fault
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -54,11 +56,18 @@ const (
 )
 
 // buildLevel is the highest cluster level of the build under test;
-// baselineLevel the baseline's, the level before it.
+// baselineLevel the baseline's, the level before it. slotsLevel is the
+// level of lease slots and checkpoints, the API's last writes gated by a
+// level (level 3 changes how a node keeps its snapshots, no API write).
 const (
 	buildLevel    = fsm.BuildLevel
 	baselineLevel = buildLevel - 1
+	slotsLevel    = 2
 )
+
+// checkpointMagic starts the state.bin of a snapshot kept as a checkpoint
+// of the state store (cluster level 3).
+const checkpointMagic = "HOLDFAST-CKPT"
 
 // scripted reports whether a nemesis is a scripted walk.
 func scripted(nemesis string) bool {
@@ -190,12 +199,69 @@ func (nm *nemesis) rollingUpgrade() {
 			}
 		}
 		if len(nm.onBaseline()) > 0 {
-			nm.r.expectLevel(baselineLevel, "while "+strings.Join(harness.IDs(nm.onBaseline()), ",")+" run the baseline")
+			while := "while " + strings.Join(harness.IDs(nm.onBaseline()), ",") + " run the baseline"
+			nm.r.expectLevel(baselineLevel, while)
+			nm.expectNoCheckpoints(while)
 			nm.probeAll("mixed versions")
 		}
 	}
 	nm.step("the new level becomes active", func() error { return nm.r.awaitLevel(buildLevel, buildLevel, 45*time.Second) })
+	nm.step("every member keeps its snapshot of the new level as a checkpoint", nm.awaitCheckpoints)
 	nm.probeAll("all upgraded")
+}
+
+// expectNoCheckpoints reports a member that keeps a snapshot as a
+// checkpoint of its state store (level 3) while the cluster is below that
+// level: a baseline build started on its data directory could not read it.
+func (nm *nemesis) expectNoCheckpoints(while string) {
+	for _, n := range nm.r.memberNodes() {
+		k, err := checkpointSnapshots(n.DataDir)
+		if err != nil {
+			nm.r.problem("%s's snapshots %s: %v", n.ID, while, err)
+		} else if k > 0 {
+			nm.r.problem("%s keeps %d snapshots as checkpoints %s, which the baseline cannot read", n.ID, k, while)
+		}
+	}
+}
+
+// awaitCheckpoints waits until every member keeps a snapshot as a
+// checkpoint: each takes a snapshot in the new level's format once it has
+// applied the level.
+func (nm *nemesis) awaitCheckpoints() error {
+	return poll(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
+		for _, n := range nm.r.memberNodes() {
+			if k, err := checkpointSnapshots(n.DataDir); err != nil || k == 0 {
+				return fmt.Errorf("%s keeps no snapshot as a checkpoint (%v); its snapshots: %s", n.ID, err, snapshotFormats(n.DataDir))
+			}
+		}
+		return nil
+	})
+}
+
+// checkpointSnapshots counts the finished snapshots of a data directory
+// kept as checkpoints of the state store: their state.bin is a marker.
+func checkpointSnapshots(dataDir string) (int, error) {
+	files, err := filepath.Glob(filepath.Join(dataDir, "snapshots", "*", "state.bin"))
+	if err != nil {
+		return 0, err
+	}
+	k := 0
+	for _, p := range files {
+		if strings.HasSuffix(filepath.Dir(p), ".tmp") {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed as a newer one was finished
+		}
+		if err != nil {
+			return 0, err
+		}
+		if bytes.HasPrefix(b, []byte(checkpointMagic)) {
+			k++
+		}
+	}
+	return k, nil
 }
 
 // rejoinOnBaseline upgrades the followers, then wipes the baseline leader
@@ -486,7 +552,7 @@ func snapshotFormats(dataDir string) string {
 		}
 		k, _ := f.Read(b)
 		_ = f.Close()
-		const magic, checkpoint = "HOLDFAST-SNAP", "HOLDFAST-CKPT"
+		const magic, checkpoint = "HOLDFAST-SNAP", checkpointMagic
 		v := "unreadable"
 		switch {
 		case k > len(magic) && string(b[:len(magic)]) == magic:
@@ -727,14 +793,14 @@ func (nm *nemesis) probeQueue(call probeCall) error {
 	return err
 }
 
-// probeSlots sends the two writes of the build's level: an acquire of
-// three slots, and a checkpoint of a single-slot lease the probe holds
-// (owner). While a member runs the baseline each must be refused with
-// nothing written (503 naming the cluster level; a baseline node knows
-// neither the field nor the route), and once every member runs the build
-// each succeeds.
+// probeSlots sends the two writes of level 2: an acquire of three slots,
+// and a checkpoint of a single-slot lease the probe holds (owner). While a
+// member runs a baseline below level 2 each must be refused with nothing
+// written (503 naming the cluster level; such a baseline node knows
+// neither the field nor the route); once every member speaks level 2 each
+// succeeds, whichever build serves it.
 func (nm *nemesis) probeSlots(via *harness.Node, tag, ns, key, owner string) error {
-	mixed := len(nm.onBaseline()) > 0
+	mixed := len(nm.onBaseline()) > 0 && baselineLevel < slotsLevel
 	err := nm.probeLevelWrite(via, mixed, "acquire of three slots", "/lease", http.StatusCreated, http.StatusBadRequest,
 		map[string]any{"namespace": ns, "key": "probe-slots-" + tag, "slots": 3, "ttl_seconds": 30})
 	if err != nil {

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Measures what a node costs at a given number of live leases: its resident
 # memory right after they were created and after a restart, the time to take
-# a snapshot of that state, and the time from a restart to ready.
+# a snapshot of that state, and the time from a restart to ready. With three
+# nodes it also wipes a follower's data directory and starts it again under
+# its --node-id with --join, as the README's wiped-node rule says, while the
+# other two take lease cycles (holdfast bench --workload lease), and prints
+# how long it took to be ready and to hold every lease, and the rate at which
+# it received the state (the leader's snapshot in the snapshot format over
+# those seconds).
 #
 #   bash test/scale/state-memory.sh [--nodes 1|3] [--leases 1000000] [--clients 128] [--keep DIR]
 #                                   [--ports HTTP,RAFT,...]
@@ -44,6 +50,7 @@ stop_all() {
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 	PIDS=()
+	return 0
 }
 cleanup() {
 	stop_all
@@ -79,20 +86,24 @@ done
 ADDRS=$(IFS=,; echo "${HTTP[*]}")
 
 start_all() {
-	local i j others join
+	local i
 	for i in $(seq 0 $((NODES - 1))); do
-		join=()
-		if [ "$NODES" -gt 1 ]; then
-			others=()
-			for j in $(seq 0 $((NODES - 1))); do
-				if [ "$j" -ne "$i" ]; then others+=("${HTTP[j]}"); fi
-			done
-			join=(--bootstrap-expect "$NODES" --join "$(IFS=,; echo "${others[*]}")")
-		fi
-		"$BIN" serve --node-id "n$i" --data-dir "$WORK/data/n$i" --http-addr "${HTTP[i]}" --raft-addr "${RAFT[i]}" \
-			--rate-limit 0 --log-level info "${join[@]}" >>"$WORK/n$i.log" 2>&1 &
-		PIDS+=($!)
+		start_node "$i"
 	done
+}
+# start_node I starts node I, its pid in PIDS[I].
+start_node() {
+	local i=$1 j others join=()
+	if [ "$NODES" -gt 1 ]; then
+		others=()
+		for j in $(seq 0 $((NODES - 1))); do
+			if [ "$j" -ne "$i" ]; then others+=("${HTTP[j]}"); fi
+		done
+		join=(--bootstrap-expect "$NODES" --join "$(IFS=,; echo "${others[*]}")")
+	fi
+	"$BIN" serve --node-id "n$i" --data-dir "$WORK/data/n$i" --http-addr "${HTTP[i]}" --raft-addr "${RAFT[i]}" \
+		--rate-limit 0 --log-level info "${join[@]}" >>"$WORK/n$i.log" 2>&1 &
+	PIDS[i]=$!
 }
 now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.2f", a - b }'; }
@@ -168,3 +179,29 @@ for p in "${HTTP[@]}"; do
 	heap+=("$(curl -s "http://$p/debug/pprof/heap?gc=1&debug=1" | awk '$2 == "HeapAlloc" { printf "%.1f", $4 / 1048576 }')")
 done
 echo "heap_after_restart_mib=$(IFS=,; echo "${heap[*]}")"
+
+[ "$NODES" -eq 3 ] || exit 0
+# A follower wiped and started again under its id receives the state from
+# the leader while the other two take writes.
+leader=$(curl -s "http://${HTTP[0]}/cluster/status" | grep -o '"leader_id":"[^"]*"' | cut -d'"' -f4)
+victim=0
+while [ "n$victim" = "$leader" ]; do victim=$((victim + 1)); done
+others=()
+for i in 0 1 2; do [ "$i" -ne "$victim" ] && others+=("${HTTP[i]}"); done
+kill -TERM "${PIDS[victim]}"
+wait "${PIDS[victim]}" 2>/dev/null || true
+rm -rf "$WORK/data/n$victim"
+"$BIN" bench --addr "$(IFS=,; echo "${others[*]}")" --workload lease --clients 16 --duration 60s >"$WORK/bench-during-rejoin.txt" 2>&1 &
+load=$!
+t=$(now)
+start_node "$victim"
+echo "wiped_follower=n$victim wiped_follower_ready_seconds=$(wait_ready "$t")"
+for _ in $(seq 1 2400); do (check_held "after the rejoin") 2>/dev/null && break; sleep 0.05; done
+check_held "after the rejoin"
+secs=$(since "$t")
+bytes=$(stat -c %s "$WORK/backup.hfsnap")
+echo "wiped_follower_current_seconds=$secs wiped_follower_mb_per_s=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.1f", b / 1e6 / s }')"
+echo "rss_after_rejoin_mib=$(rss VmRSS)"
+kill -INT "$load" 2>/dev/null || true
+wait "$load" 2>/dev/null || true
+grep -E 'ops/s|cycles/s|errors' "$WORK/bench-during-rejoin.txt" | head -3 || true
