@@ -191,7 +191,7 @@ for i in 0 1 2; do [ "$i" -ne "$victim" ] && others+=("${HTTP[i]}"); done
 kill -TERM "${PIDS[victim]}"
 wait "${PIDS[victim]}" 2>/dev/null || true
 rm -rf "$WORK/data/n$victim"
-"$BIN" bench --addr "$(IFS=,; echo "${others[*]}")" --workload lease --clients 16 --duration 60s >"$WORK/bench-during-rejoin.txt" 2>&1 &
+"$BIN" bench --addr "$(IFS=,; echo "${others[*]}")" --workload lease --clients 16 --duration 15s >"$WORK/bench-during-rejoin.txt" 2>&1 &
 load=$!
 t=$(now)
 start_node "$victim"
@@ -202,6 +202,6 @@ secs=$(since "$t")
 bytes=$(stat -c %s "$WORK/backup.hfsnap")
 echo "wiped_follower_current_seconds=$secs wiped_follower_mb_per_s=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.1f", b / 1e6 / s }')"
 echo "rss_after_rejoin_mib=$(rss VmRSS)"
-kill -INT "$load" 2>/dev/null || true
+
 wait "$load" 2>/dev/null || true
 grep -E 'ops/s|cycles/s|errors' "$WORK/bench-during-rejoin.txt" | head -3 || true
