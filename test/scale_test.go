@@ -43,7 +43,7 @@ func stateMemoryScript(t *testing.T, nodes int) {
 		t.Fatalf("state-memory.sh: %v\n%s", err, out)
 	}
 	perNode := `[1-9]\d*` + strings.Repeat(`,[1-9]\d*`, nodes-1) // one number per node
-	for _, want := range []string{
+	wants := []string{
 		`leases_held=2000\n`,
 		`rss_after_fill_mib=` + perNode + ` peak_rss_mib=` + perNode + `\n`,
 		`snapshot_save_seconds=\d+\.\d\d snapshot_bytes=[1-9]\d*\n`,
@@ -52,7 +52,14 @@ func stateMemoryScript(t *testing.T, nodes int) {
 		`restart_to_current_seconds=\d+\.\d\d\n`,
 		`rss_after_restart_mib=` + perNode + `\n`,
 		`heap_after_restart_mib=\d+\.\d` + strings.Repeat(`,\d+\.\d`, nodes-1) + `\n`,
-	} {
+	}
+	if nodes == 3 {
+		wants = append(wants,
+			`wiped_follower=n[0-2] wiped_follower_ready_seconds=\d+\.\d\d\n`,
+			`wiped_follower_current_seconds=\d+\.\d\d wiped_follower_mb_per_s=\d+\.\d\n`,
+			`rss_after_rejoin_mib=`+perNode+`\n`)
+	}
+	for _, want := range wants {
 		if !regexp.MustCompile(want).Match(out) {
 			t.Errorf("state-memory.sh printed no line matching %q:\n%s", want, out)
 		}
