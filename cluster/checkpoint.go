@@ -123,8 +123,9 @@ func discardCheckpoint(dir string, cause error) error {
 
 // frozenSnapshots keeps the checkpoints of snapshots open while they are
 // read (a checkpoint is opened once however many readers it has: a store
-// opens a database once per process) and each one's size in the state
-// machine's format, which Raft must know before it sends it.
+// opens a database once per process) and the size in the state machine's
+// format, which Raft must know before it sends one, of the last one
+// measured and of those being read.
 type frozenSnapshots struct {
 	mu    sync.Mutex
 	open  map[string]*sharedFrozen
@@ -188,6 +189,13 @@ func (f *frozenSnapshots) size(id string, fz *statestore.Frozen) (int64, error) 
 	defer f.mu.Unlock()
 	if f.sizes == nil {
 		f.sizes = make(map[string]int64)
+	}
+	// Raft sends its newest snapshot: the sizes of others not being read
+	// are not needed again.
+	for k := range f.sizes {
+		if f.open[k] == nil {
+			delete(f.sizes, k)
+		}
 	}
 	f.sizes[id] = c.n
 	return c.n, nil

@@ -182,3 +182,33 @@ func TestACheckpointPastItsIndexIsNotKept(t *testing.T) {
 		})
 	}
 }
+
+// TestACheckpointSizeIsKeptForTheNewest: the size of a checkpoint
+// snapshot in the state machine's format is measured once and kept for
+// the last one measured only (and those being read), not for every
+// snapshot a node ever sent.
+func TestACheckpointSizeIsKeptForTheNewest(t *testing.T) {
+	cfg := testConfig(t, "solo", t.TempDir(), true)
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	w, ok := n.snaps.(*watchedSnapshots)
+	if !ok {
+		t.Fatalf("the node's snapshot store is a %T", n.snaps)
+	}
+	var ids []string
+	for round := range 3 {
+		grantKeys(t, n, 10*round, 10*round+10)
+		if err := n.raft.Snapshot().Error(); err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+		meta, b := newestSnapshot(t, n)
+		ids = append(ids, meta.ID)
+		w.frozen.mu.Lock()
+		size, kept, open := w.frozen.sizes[meta.ID], len(w.frozen.sizes), len(w.frozen.open)
+		w.frozen.mu.Unlock()
+		if size != int64(len(b)) || kept != 1 || open != 0 {
+			t.Fatalf("after reading %s (%d bytes): its kept size %d, %d sizes kept, %d checkpoints open; want its size alone, none open (snapshots %v)",
+				meta.ID, len(b), size, kept, open, ids)
+		}
+	}
+}
