@@ -228,6 +228,7 @@ func pebbleOptions(opts Options) *pebble.Options {
 		DisableWAL:         true, // the Raft log is the write-ahead log
 		FormatMajorVersion: FormatVersion,
 		Logger:             pebbleLogger{opts.Logger},
+		EventListener:      storeEvents(opts.Logger),
 	}
 	// Most lookups of the state machine are of keys that do not exist
 	// yet (a new lease, job or queue): a filter answers those without
@@ -726,6 +727,37 @@ func (p pebbleLogger) Fatalf(format string, args ...interface{}) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error("state store cannot go on", "error", msg)
 	panic("holdfast state store: " + msg)
+}
+
+// storeEvents logs each flush and compaction that ends, at debug level,
+// with its sizes and durations (never the keys it held): what the store
+// did in the background when a node's latency rose.
+func storeEvents(l hclog.Logger) *pebble.EventListener {
+	return &pebble.EventListener{
+		FlushEnd: func(i pebble.FlushInfo) {
+			l.Debug("state store flushed", "job", i.JobID, "reason", i.Reason, "memtable_bytes", i.InputBytes,
+				"tables", len(i.Output), "table_bytes", tableBytes(i.Output), "seconds", i.TotalDuration.Seconds(), "error", i.Err)
+		},
+		CompactionEnd: func(i pebble.CompactionInfo) {
+			var in []pebble.TableInfo
+			levels := make([]int, 0, len(i.Input))
+			for _, li := range i.Input {
+				in = append(in, li.Tables...)
+				levels = append(levels, li.Level)
+			}
+			l.Debug("state store compacted", "job", i.JobID, "reason", i.Reason, "levels", levels, "to_level", i.Output.Level,
+				"input_bytes", tableBytes(in), "output_bytes", tableBytes(i.Output.Tables), "seconds", i.TotalDuration.Seconds(), "error", i.Err)
+		},
+	}
+}
+
+// tableBytes is the size of tables.
+func tableBytes(tables []pebble.TableInfo) uint64 {
+	var n uint64
+	for _, t := range tables {
+		n += t.Size
+	}
+	return n
 }
 
 // Metrics are pebble's figures for the live database: its levels, the

@@ -2,11 +2,15 @@ package statestore
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 func openT(t *testing.T, root string) *Store {
@@ -469,5 +473,43 @@ func TestABatchIsDoneAtItsCommit(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(keys(t, s.Scan, "a", "z")), "[a=1 c=3]"; got != want {
 		t.Fatalf("store = %s, want %s", got, want)
+	}
+}
+
+// TestFlushesAndCompactionsAreLogged: each flush and compaction that ends
+// is logged at debug level with its sizes and duration, and no key it
+// held.
+func TestFlushesAndCompactionsAreLogged(t *testing.T) {
+	var logs bytes.Buffer
+	l := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
+	s, err := Open(t.TempDir(), Options{MemTableBytes: 1 << 20, CacheBytes: 1 << 20, Logger: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const secretKey = "key-that-must-not-be-logged"
+	for i := range 4 {
+		b := s.Begin()
+		if err := b.Set(fmt.Appendf(nil, "%s-%d", secretKey, i), bytes.Repeat([]byte{1}, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(uint64(i + 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.db.Compact(context.Background(), []byte("a"), []byte("z"), true); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	for _, want := range []string{"state store flushed: job=", "table_bytes=", "state store compacted: job=", "output_bytes="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the store's log:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, secretKey) {
+		t.Errorf("a key is in the store's log:\n%s", out)
 	}
 }
