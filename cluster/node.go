@@ -143,7 +143,7 @@ func Open(cfg Config) (*Node, error) {
 	logs := &levelLog{LogStore: &typedLog{LogStore: cache, below: n.watched}, marks: &n.marks}
 	stable := &stableGuard{StableStore: n.store, self: []byte(n.transport.LocalAddr()), health: n.storage, refuse: n.refuseElections}
 	trans := &raftGate{gatedTransport: n.transport, refuse: n.refuseElections, hold: n.logStall}
-	current, err := n.stateIsCurrent()
+	current, err := n.stateIsCurrent(n.watched)
 	if err != nil {
 		n.closeStores()
 		return nil, err

@@ -61,12 +61,34 @@ func (n *Node) openState() error {
 // stateIsCurrent reports whether the state store holds every entry of the
 // newest snapshot, so Raft need not restore it at start: the log after it
 // is applied again, and the state machine skips what the store has.
-func (n *Node) stateIsCurrent() (bool, error) {
+//
+// The store records the last entry the state machine applied, and Raft
+// hands it neither its no-op entries (one per new leader) nor barriers,
+// while a snapshot's index is the last entry of any kind: a store behind
+// the snapshot by such entries alone holds its state. So the entries
+// between are read from the log, and any other kind, or one the log no
+// longer has, means the snapshot is restored.
+func (n *Node) stateIsCurrent(logs raft.LogStore) (bool, error) {
 	snaps, err := n.snaps.List()
 	if err != nil {
 		return false, fmt.Errorf("list snapshots: %w", err)
 	}
-	return len(snaps) == 0 || n.state.Applied() >= snaps[0].Index, nil
+	if len(snaps) == 0 {
+		return true, nil
+	}
+	for i := n.state.Applied() + 1; i <= snaps[0].Index; i++ {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				return false, nil
+			}
+			return false, fmt.Errorf("read log entry %d: %w", i, err)
+		}
+		if l.Type != raft.LogNoop && l.Type != raft.LogBarrier {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // durableFSM is the state machine as Raft sees it. Raft compacts its log

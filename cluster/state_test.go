@@ -79,3 +79,39 @@ func TestStateStoreBehindTheSnapshotIsRestored(t *testing.T) {
 		t.Fatalf("acquire after the restore: %+v, %v; want fencing token 11", r, err)
 	}
 }
+
+// TestRestartAfterABarrierRestoresNothing: a snapshot taken right after a
+// barrier (an entry Raft never hands the state machine) has an index past
+// the store's, yet the store holds its state: the node restarts from the
+// store without restoring the snapshot, and with every write.
+func TestRestartAfterABarrierRestoresNothing(t *testing.T) {
+	cfg := testConfig(t, "solo", t.TempDir(), true)
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	grantKeys(t, n, 0, 5)
+	if err := n.raft.Barrier(0).Error(); err != nil {
+		t.Fatalf("barrier: %v", err)
+	}
+	if err := n.raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) == 0 {
+		t.Fatalf("list snapshots: %v %v", metas, err)
+	}
+	if applied := n.state.Applied(); metas[0].Index <= applied {
+		t.Fatalf("the snapshot's index %d is not past the store's %d: the barrier did not make the case", metas[0].Index, applied)
+	}
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n = open(t, cfg)
+	waitReadyLeader(t, n)
+	if got := filepath.Base(n.state.Dir()); got != "store-000001" {
+		t.Fatalf("the state store was replaced (now %s): the snapshot was restored although the store held its state", got)
+	}
+	r, err := acquire(context.Background(), n, "k5", "A")
+	if err != nil || r.FencingToken != 6 {
+		t.Fatalf("acquire after the restart: %+v, %v; want fencing token 6", r, err)
+	}
+}

@@ -56,7 +56,7 @@ func stateMemoryScript(t *testing.T, nodes int) {
 	if nodes == 3 {
 		wants = append(wants,
 			`wiped_follower=n[0-2] wiped_follower_ready_seconds=\d+\.\d\d\n`,
-			`wiped_follower_current_seconds=\d+\.\d\d wiped_follower_mb_per_s=\d+\.\d\n`,
+			`wiped_follower_from=(snapshot|log) wiped_follower_current_seconds=\d+\.\d\d wiped_follower_mb_per_s=\d+\.\d\n`,
 			`rss_after_rejoin_mib=`+perNode+`\n`)
 	}
 	for _, want := range wants {

@@ -7,7 +7,11 @@
 # other two take lease cycles (holdfast bench --workload lease), and prints
 # how long it took to be ready and to hold every lease, and the rate at which
 # it received the state (the leader's snapshot in the snapshot format over
-# those seconds).
+# those seconds). Every node keeps 1,024 log entries after a snapshot (the
+# default is 10,240), and a second backup just before the wipe makes the
+# leader compact its log, so the wiped follower must be sent the snapshot,
+# not the whole log (wiped_follower_from says which it got: a small state's
+# log is shorter than the entries kept, and is sent whole).
 #
 #   bash test/scale/state-memory.sh [--nodes 1|3] [--leases 1000000] [--clients 128] [--keep DIR]
 #                                   [--ports HTTP,RAFT,...]
@@ -102,7 +106,7 @@ start_node() {
 		join=(--bootstrap-expect "$NODES" --join "$(IFS=,; echo "${others[*]}")")
 	fi
 	"$BIN" serve --node-id "n$i" --data-dir "$WORK/data/n$i" --http-addr "${HTTP[i]}" --raft-addr "${RAFT[i]}" \
-		--rate-limit 0 --log-level info "${join[@]}" >>"$WORK/n$i.log" 2>&1 &
+		--rate-limit 0 --trailing-logs 1024 --log-level info "${join[@]}" >>"$WORK/n$i.log" 2>&1 &
 	PIDS[i]=$!
 }
 now() { date +%s.%N; }
@@ -182,7 +186,9 @@ echo "heap_after_restart_mib=$(IFS=,; echo "${heap[*]}")"
 
 [ "$NODES" -eq 3 ] || exit 0
 # A follower wiped and started again under its id receives the state from
-# the leader while the other two take writes.
+# the leader while the other two take writes. A backup first makes the
+# leader (elected at the restart) take a snapshot and compact its log.
+"$BIN" snapshot save --addr "$ADDRS" --timeout 5m "$WORK/backup2.hfsnap" >/dev/null
 leader=$(curl -s "http://${HTTP[0]}/cluster/status" | grep -o '"leader_id":"[^"]*"' | cut -d'"' -f4)
 victim=0
 while [ "n$victim" = "$leader" ]; do victim=$((victim + 1)); done
@@ -199,8 +205,10 @@ echo "wiped_follower=n$victim wiped_follower_ready_seconds=$(wait_ready "$t")"
 for _ in $(seq 1 2400); do (check_held "after the rejoin") 2>/dev/null && break; sleep 0.05; done
 check_held "after the rejoin"
 secs=$(since "$t")
-bytes=$(stat -c %s "$WORK/backup.hfsnap")
-echo "wiped_follower_current_seconds=$secs wiped_follower_mb_per_s=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.1f", b / 1e6 / s }')"
+from=log
+grep -q 'Installed remote snapshot' "$WORK/n$victim.log" && from=snapshot
+bytes=$(stat -c %s "$WORK/backup2.hfsnap")
+echo "wiped_follower_from=$from wiped_follower_current_seconds=$secs wiped_follower_mb_per_s=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.1f", b / 1e6 / s }')"
 echo "rss_after_rejoin_mib=$(rss VmRSS)"
 
 wait "$load" 2>/dev/null || true
