@@ -388,20 +388,21 @@ func (s *state) removeQueue(q *queue) {
 	}
 }
 
-// removeClient removes a client record and its creations in the open
-// batch.
+// removeClient removes a client record whose creations have all left
+// the window (pruned: their keys are in gone) in the open batch.
 func (s *state) removeClient(c *client) {
-	for _, q := range c.gone {
-		must(s.b.Delete(createKey(c.id, q)))
-	}
-	for _, q := range c.seqs {
-		if q != 0 {
-			must(s.b.Delete(createKey(c.id, q)))
-		}
-	}
-	c.gone, c.seqs, c.leaves = nil, nil, nil
+	c.deleteGone(s.b)
 	s.clients.remove(c.id)
 	s.counts.clients--
+}
+
+// deleteGone deletes the keys of the creations pruned since the client
+// was last written.
+func (c *client) deleteGone(w Writer) {
+	for _, q := range c.gone {
+		must(w.Delete(createKey(c.id, q)))
+	}
+	c.gone = c.gone[:0]
 }
 
 // begin opens a batch of the store.
@@ -453,10 +454,7 @@ func (s *state) flush(w Writer) {
 	})
 	flushRecords(w, s.clients, func(id secret.Hash) []byte { return clientKey(id) }, func(id secret.Hash, c *client) {
 		s.clients.written(weighClient(c))
-		for _, q := range c.gone {
-			must(w.Delete(createKey(id, q)))
-		}
-		c.gone = c.gone[:0]
+		c.deleteGone(w)
 		for i, q := range c.seqs {
 			if q == 0 {
 				c.next++

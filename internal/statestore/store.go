@@ -205,20 +205,27 @@ func (s *Store) open(create bool) error {
 	if err != nil {
 		return fmt.Errorf("open state store %s: %w", dir, err)
 	}
-	v, ok, err := get(db, appliedKey)
-	if err == nil && ok && len(v) != 8 {
-		err = fmt.Errorf("applied index is %d bytes, want 8", len(v))
-	}
+	applied, _, err := readApplied(db)
 	if err != nil {
 		_ = db.Close()
 		return fmt.Errorf("open state store %s: %w", dir, err)
 	}
 	s.db = db
-	s.applied.Store(0)
-	if ok {
-		s.applied.Store(binary.BigEndian.Uint64(v))
-	}
+	s.applied.Store(applied)
 	return nil
+}
+
+// readApplied reads the applied index a database records (ok false, and
+// 0, for one that records none: nothing was committed to it).
+func readApplied(r reader) (applied uint64, ok bool, err error) {
+	v, ok, err := get(r, appliedKey)
+	switch {
+	case err != nil || !ok:
+		return 0, false, err
+	case len(v) != 8:
+		return 0, false, fmt.Errorf("applied index is %d bytes, want 8", len(v))
+	}
+	return binary.BigEndian.Uint64(v), true, nil
 }
 
 // pebbleOptions are the options of every database of a store.
@@ -314,8 +321,22 @@ func (s *Store) CheckpointFlushed(dir string) error {
 	return nil
 }
 
+// reads are the reads of a state that does not change: a View's or a
+// Frozen checkpoint's.
+type reads struct{ r reader }
+
+// Get returns a copy of key's value.
+func (x reads) Get(key []byte) ([]byte, bool, error) { return get(x.r, key) }
+
+// Scan calls fn for each key in [lower, upper), in order, until fn
+// returns false. The slices are valid only during the call.
+func (x reads) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return scan(x.r, lower, upper, fn)
+}
+
 // Frozen is a read-only database: a checkpoint of a store.
 type Frozen struct {
+	reads
 	db      *pebble.DB
 	applied uint64
 }
@@ -331,28 +352,19 @@ func OpenFrozen(dir string) (*Frozen, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint %s: %w", dir, err)
 	}
-	v, ok, err := get(db, appliedKey)
-	if err == nil && (!ok || len(v) != 8) {
-		err = fmt.Errorf("no applied index (%d bytes)", len(v))
+	applied, ok, err := readApplied(db)
+	if err == nil && !ok {
+		err = errors.New("it records no applied index")
 	}
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open checkpoint %s: %w", dir, err)
 	}
-	return &Frozen{db: db, applied: binary.BigEndian.Uint64(v)}, nil
+	return &Frozen{reads: reads{db}, db: db, applied: applied}, nil
 }
 
 // Applied is the index of the last log entry the checkpoint holds.
 func (f *Frozen) Applied() uint64 { return f.applied }
-
-// Get returns a copy of key's value.
-func (f *Frozen) Get(key []byte) ([]byte, bool, error) { return get(f.db, key) }
-
-// Scan calls fn for each key in [lower, upper), in order, until fn
-// returns false.
-func (f *Frozen) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
-	return scan(f.db, lower, upper, fn)
-}
 
 // Close closes the checkpoint.
 func (f *Frozen) Close() error {
@@ -549,20 +561,17 @@ func (b *Batch) Commit(index uint64) error {
 func (b *Batch) Discard() { b.done() }
 
 // View is a consistent, read-only view of the committed state.
-type View struct{ snap *pebble.Snapshot }
+type View struct {
+	reads
+	snap *pebble.Snapshot
+}
 
 // View returns a view of the state as committed now, which later commits
 // do not change. Close it when done: until then pebble keeps what it
 // needs.
-func (s *Store) View() (*View, error) { return &View{snap: s.db.NewSnapshot()}, nil }
-
-// Get returns a copy of key's value in the view.
-func (v *View) Get(key []byte) ([]byte, bool, error) { return get(v.snap, key) }
-
-// Scan calls fn for each key of the view in [lower, upper), in order,
-// until fn returns false.
-func (v *View) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
-	return scan(v.snap, lower, upper, fn)
+func (s *Store) View() (*View, error) {
+	snap := s.db.NewSnapshot()
+	return &View{reads: reads{snap}, snap: snap}, nil
 }
 
 // Close releases the view.

@@ -206,7 +206,14 @@ for _ in $(seq 1 2400); do (check_held "after the rejoin") 2>/dev/null && break;
 check_held "after the rejoin"
 secs=$(since "$t")
 from=log
-grep -q 'Installed remote snapshot' "$WORK/n$victim.log" && from=snapshot
+if grep -q 'Installed remote snapshot' "$WORK/n$victim.log"; then
+	from=snapshot
+	# When the follower had received the whole snapshot, and when it had
+	# restored it into its store, from its log.
+	at() { date -d "$(grep "$1" "$WORK/n$victim.log" | tail -1 | cut -d' ' -f1)" +%s.%N; }
+	echo "wiped_follower_snapshot_received_seconds=$(awk -v a="$(at 'copied to local snapshot')" -v b="$t" 'BEGIN { printf "%.2f", a - b }')" \
+		"wiped_follower_snapshot_installed_seconds=$(awk -v a="$(at 'Installed remote snapshot')" -v b="$t" 'BEGIN { printf "%.2f", a - b }')"
+fi
 bytes=$(stat -c %s "$WORK/backup2.hfsnap")
 echo "wiped_follower_from=$from wiped_follower_current_seconds=$secs wiped_follower_mb_per_s=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.1f", b / 1e6 / s }')"
 echo "rss_after_rejoin_mib=$(rss VmRSS)"
