@@ -37,21 +37,32 @@ func stateMemoryScript(t *testing.T, nodes int) {
 		}
 		ports = append(ports, strings.TrimPrefix(addr, "127.0.0.1:"))
 	}
-	out, err := exec.CommandContext(ctx, "bash", "scale/state-memory.sh", "--nodes", fmt.Sprint(nodes), "--leases", "2000", "--clients", "8",
-		"--ports", strings.Join(ports, ",")).CombinedOutput()
+	args := []string{"scale/state-memory.sh", "--nodes", fmt.Sprint(nodes), "--leases", "2000", "--clients", "8", "--ports", strings.Join(ports, ",")}
+	// One node is filled as the capacity figures are: completed leases with
+	// results, jobs, and the queue load after the restart.
+	fill := `leases=2000 leases_held=2000 result_bytes=0 jobs=0 payload_bytes=1024\n`
+	if nodes == 1 {
+		args = append(args, "--result-bytes", "512", "--jobs", "300", "--payload-bytes", "1024", "--queue-load", "2", "--pin")
+		fill = `leases=2000 leases_held=0 result_bytes=512 jobs=300 payload_bytes=1024\n`
+	}
+	out, err := exec.CommandContext(ctx, "bash", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("state-memory.sh: %v\n%s", err, out)
 	}
 	perNode := `[1-9]\d*` + strings.Repeat(`,[1-9]\d*`, nodes-1) // one number per node
 	wants := []string{
-		`leases_held=2000\n`,
+		fill,
 		`rss_after_fill_mib=` + perNode + ` peak_rss_mib=` + perNode + `\n`,
+		`disk_bytes=` + perNode + ` raw_record_bytes=[1-9]\d*\n`,
 		`snapshot_save_seconds=\d+\.\d\d snapshot_bytes=[1-9]\d*\n`,
 		`backup sent: index=\d+ bytes=[1-9]\d* snapshot_seconds=\S+ total_seconds=\S+\n`,
 		`restart_to_ready_seconds=\d+\.\d\d\n`,
 		`restart_to_current_seconds=\d+\.\d\d\n`,
 		`rss_after_restart_mib=` + perNode + `\n`,
-		`heap_after_restart_mib=\d+\.\d` + strings.Repeat(`,\d+\.\d`, nodes-1) + `\n`,
+		`heap_after_restart_mib=\d+\.\d` + strings.Repeat(`,\d+\.\d`, nodes-1) + ` peak_rss_since_restart_mib=` + perNode + `\n`,
+	}
+	if nodes == 1 {
+		wants = append(wants, `rss_after_queue_load_mib=`+perNode+` peak_rss_since_restart_mib=`+perNode+`\n`)
 	}
 	if nodes == 3 {
 		wants = append(wants,

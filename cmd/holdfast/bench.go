@@ -83,11 +83,13 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	o := addConnFlags(fs)
-	workload := fs.String("workload", "lease", "lease (acquire+release cycles), queue (enqueue+claim+ack cycles), enqueue (enqueues of 256-byte jobs: the latency is the enqueue's, not the queue creation's every 100), lease-fill (acquires of new keys held for a day: fills the state), "+
+	workload := fs.String("workload", "lease", "lease (acquire+release cycles), queue (enqueue+claim+ack cycles), enqueue (enqueues of 256-byte jobs: the latency is the enqueue's, not the queue creation's every 100), lease-fill (acquires of new keys held for a day, or completed with a result with --result-bytes: fills the state), "+
 		"hot-key (every client on one key with blocking acquires: hand-overs per second) or claim-wake (per client a waiting claim and an enqueue: the delay from the enqueue's answer to the claim's)")
 	clients := fs.Int("clients", 64, "concurrent clients")
 	duration := fs.Duration("duration", 10*time.Second, "how long to run at most")
 	count := fs.Int("count", 0, "stop after this many successful cycles in all (0: run for the whole duration)")
+	resultBytes := fs.Int("result-bytes", 0, "lease-fill: complete each lease with a JSON result of this many bytes (0: keep it held)")
+	payloadBytes := fs.Int("payload-bytes", enqueueBytes, "enqueue: the JSON bytes of each job's payload")
 	latencyLog := fs.String("latency-log", "", "also write every successful cycle to this file as CSV: client, start (µs since the run began), latency (µs); test/perf/dips.py reads it")
 	profileDir := fs.String("cpu-profile-dir", "", "also write a CPU profile of every node, taken over the middle third of the run, to DIR/<address>.pprof (needs the cluster key in HOLDFAST_CLUSTER_KEY, or loopback)")
 	if err := fs.Parse(args); err != nil {
@@ -98,6 +100,11 @@ func bench(args []string, stdout, stderr io.Writer) int {
 	}
 	if *clients < 1 || *duration <= 0 || *count < 0 {
 		fmt.Fprintln(stderr, "bench: need at least one client, a positive duration and a count of at least 0")
+		return 2
+	}
+	sizes := benchSizes{result: *resultBytes, payload: *payloadBytes}
+	if err := sizes.check(); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
 	}
 	o.maxConns = *clients * 2
@@ -114,7 +121,7 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	profiles := startProfiles(hc, nodes, *profileDir, *duration)
-	res, err := runBench(cl, *workload, *clients, *duration, *count)
+	res, err := runBench(cl, *workload, *clients, *duration, *count, sizes)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
@@ -143,7 +150,7 @@ func bench(args []string, stdout, stderr io.Writer) int {
 // starts another cycle, but every request already sent is let finish: the
 // load tool never abandons a request, so the service's count of proposals
 // given up mid-flight means what it says.
-func runBench(cl *client.Client, workload string, clients int, d time.Duration, count int) (benchResult, error) {
+func runBench(cl *client.Client, workload string, clients int, d time.Duration, count int, sizes benchSizes) (benchResult, error) {
 	var cycle func(ctx context.Context, c *client.Client, w *benchWorker) error
 	switch workload {
 	case "lease":
@@ -177,7 +184,7 @@ func runBench(cl *client.Client, workload string, clients int, d time.Duration, 
 	end := start.Add(d)
 	for i := 0; i < clients; i++ {
 		c := cl.Rotate(i) // clients spread over the nodes
-		w := &benchWorker{id: i}
+		w := &benchWorker{id: i, sizes: sizes}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -222,6 +229,7 @@ func runBench(cl *client.Client, workload string, clients int, d time.Duration, 
 // benchWorker is one client's state across cycles.
 type benchWorker struct {
 	id    int
+	sizes benchSizes
 	n     int
 	ns    string
 	queue *queueCreated
@@ -272,7 +280,14 @@ func leaseFill(ctx context.Context, c *client.Client, w *benchWorker) error {
 	}
 	w.n++
 	key := fmt.Sprintf("fill:%d:%d", w.id, w.n)
-	return callJSON(ctx, c, http.MethodPost, "/lease", "", map[string]any{"namespace": w.ns, "key": key, "ttl_seconds": 86400}, nil)
+	var held struct {
+		OwnerToken string `json:"owner_token"`
+	}
+	if err := callJSON(ctx, c, http.MethodPost, "/lease", "", map[string]any{"namespace": w.ns, "key": key, "ttl_seconds": 86400}, &held); err != nil || w.sizes.result == 0 {
+		return err
+	}
+	return callJSON(ctx, c, http.MethodPost, "/lease/complete", "", map[string]any{"namespace": w.ns, "key": key, "owner_token": held.OwnerToken,
+		"result": strings.Repeat("r", w.sizes.result-len(`""`))}, nil)
 }
 
 // nextJob returns the worker's queue for its next job, creating a queue
@@ -309,9 +324,29 @@ func queueCycle(ctx context.Context, c *client.Client, w *benchWorker) error {
 	return callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs/"+ans.Job.JobID+"/ack", q.WorkerToken, map[string]string{"receipt": ans.Job.Receipt}, nil)
 }
 
-// enqueuePad is the padding that makes an enqueue's payload about 256
-// bytes of JSON, the job size of ../shared/bench's queue load.
-const enqueuePad = 256 - len(`{"n":1234567,"pad":""}`)
+// enqueueBytes is the JSON size of an enqueue's payload by default, the
+// job size of ../shared/bench's queue load.
+const enqueueBytes = 256
+
+// padFrame is an enqueue payload without its padding, at its longest
+// counter: the padding makes the payload about the size asked for.
+const padFrame = `{"n":1234567,"pad":""}`
+
+// benchSizes are the sizes of what the fill workloads store.
+type benchSizes struct {
+	result  int // JSON bytes of lease-fill's results; 0 leaves leases held
+	payload int // JSON bytes of enqueue's payloads
+}
+
+func (s benchSizes) check() error {
+	if s.result != 0 && (s.result < len(`""`) || s.result > 32*1024) {
+		return fmt.Errorf("--result-bytes is 0 or 2 to 32768, not %d", s.result)
+	}
+	if s.payload < len(padFrame) || s.payload > 16*1024 {
+		return fmt.Errorf("--payload-bytes is %d to 16384, not %d", len(padFrame), s.payload)
+	}
+	return nil
+}
 
 // enqueueOnly enqueues one job; its latency is the enqueue's alone, not the
 // queue creation that every hundredth cycle starts with.
@@ -322,7 +357,7 @@ func enqueueOnly(ctx context.Context, c *client.Client, w *benchWorker) error {
 	}
 	w.sampleAt = time.Now()
 	err = callJSON(ctx, c, http.MethodPost, "/queue/"+q.QueueID+"/jobs", q.WriteToken,
-		map[string]any{"job_key": fmt.Sprintf("job-%d", w.n), "payload": map[string]any{"n": w.n, "pad": strings.Repeat("x", enqueuePad)}}, nil)
+		map[string]any{"job_key": fmt.Sprintf("job-%d", w.n), "payload": map[string]any{"n": w.n, "pad": strings.Repeat("x", w.sizes.payload-len(padFrame))}}, nil)
 	w.sample = time.Since(w.sampleAt)
 	return err
 }

@@ -14,7 +14,18 @@
 # log is shorter than the entries kept, and is sent whole).
 #
 #   bash test/scale/state-memory.sh [--nodes 1|3] [--leases 1000000] [--clients 128] [--keep DIR]
-#                                   [--ports HTTP,RAFT,...]
+#                                   [--ports HTTP,RAFT,...] [--result-bytes 0] [--jobs 0]
+#                                   [--payload-bytes 1024] [--queue-load SECONDS] [--pin]
+#
+# With --result-bytes N every lease is completed with an N-byte JSON result
+# (records of a day of finished work) instead of held; --jobs N then
+# enqueues N jobs with --payload-bytes payloads (a queue per 100 jobs),
+# never claimed. --queue-load S runs `holdfast bench --workload queue` with
+# 64 clients for S seconds after the restart and prints resident memory
+# during it; --pin runs every node on CPU 0 and the load tools on CPU 1,
+# as ../shared/bench/compare --pin does. The script prints the peak resident
+# memory of every phase (VmHWM: the most any moment of it used) and the
+# bytes of the data directories against the records' raw bytes.
 #
 # It builds holdfast from this checkout, starts the nodes on 127.0.0.1 with
 # their data in a temporary directory, fills the cluster with `holdfast bench
@@ -30,19 +41,35 @@ LEASES=1000000
 CLIENTS=128
 KEEP=""
 PORTS=""
+RESULT=0
+JOBS=0
+PAYLOAD=1024
+QLOAD=0
+PIN=0
 while [ $# -gt 0 ]; do
 	case $1 in
+	--result-bytes) RESULT=$2; shift 2 ;;
+	--jobs) JOBS=$2; shift 2 ;;
+	--payload-bytes) PAYLOAD=$2; shift 2 ;;
+	--queue-load) QLOAD=$2; shift 2 ;;
+	--pin) PIN=1; shift ;;
 	--nodes) NODES=$2; shift 2 ;;
 	--leases) LEASES=$2; shift 2 ;;
 	--clients) CLIENTS=$2; shift 2 ;;
 	--keep) KEEP=$2; shift 2 ;;
 	--ports) PORTS=$2; shift 2 ;;
-	-h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "state-memory: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
 [[ $LEASES =~ ^[1-9][0-9]*$ && $CLIENTS =~ ^[1-9][0-9]*$ ]] || { echo "state-memory: --leases and --clients take positive integers" >&2; exit 2; }
 [[ $NODES == 1 || $NODES == 3 ]] || { echo "state-memory: --nodes is 1 or 3" >&2; exit 2; }
+for v in "$RESULT" "$JOBS" "$PAYLOAD" "$QLOAD"; do
+	[[ $v =~ ^[0-9]+$ ]] || { echo "state-memory: --result-bytes, --jobs, --payload-bytes and --queue-load take integers" >&2; exit 2; }
+done
+# Servers on CPU 0 and load tools on CPU 1 with --pin.
+SERVE=() LOAD=()
+if [ "$PIN" -eq 1 ]; then SERVE=(taskset -c 0) LOAD=(taskset -c 1); fi
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${KEEP:-$(mktemp -d)}
@@ -105,7 +132,7 @@ start_node() {
 		done
 		join=(--bootstrap-expect "$NODES" --join "$(IFS=,; echo "${others[*]}")")
 	fi
-	"$BIN" serve --node-id "n$i" --data-dir "$WORK/data/n$i" --http-addr "${HTTP[i]}" --raft-addr "${RAFT[i]}" \
+	"${SERVE[@]}" "$BIN" serve --node-id "n$i" --data-dir "$WORK/data/n$i" --http-addr "${HTTP[i]}" --raft-addr "${RAFT[i]}" \
 		--rate-limit 0 --trailing-logs 1024 --log-level info "${join[@]}" >>"$WORK/n$i.log" 2>&1 &
 	PIDS[i]=$!
 }
@@ -137,26 +164,47 @@ rss() {
 	for p in "${PIDS[@]}"; do out+=("$(awk -v k="$1:" '$1 == k { printf "%.0f", $2 / 1024 }' "/proc/$p/status")"); done
 	(IFS=,; echo "${out[*]}")
 }
-# check_held fails unless every node holds at least LEASES held leases.
+# check_held fails unless every node holds at least LEASES lease records
+# and JOBS jobs.
 check_held() {
-	local p held
+	local p m leases jobs
 	for p in "${HTTP[@]}"; do
-		held=$(curl -s "http://$p/metrics" | awk '$1 == "holdfast_leases_held" { printf "%d", $2 }')
-		[ "${held:-0}" -ge "$LEASES" ] || { echo "state-memory: $p holds ${held:-0} leases $1, want $LEASES" >&2; exit 1; }
+		m=$(curl -s "http://$p/metrics")
+		leases=$(awk '$1 == "holdfast_leases" { printf "%d", $2 }' <<<"$m")
+		jobs=$(awk '$1 ~ /^holdfast_jobs\{/ { n += $2 } END { printf "%d", n }' <<<"$m")
+		[ "${leases:-0}" -ge "$LEASES" ] || { echo "state-memory: $p holds ${leases:-0} leases $1, want $LEASES" >&2; exit 1; }
+		[ "${jobs:-0}" -ge "$JOBS" ] || { echo "state-memory: $p holds ${jobs:-0} jobs $1, want $JOBS" >&2; exit 1; }
 	done
+}
+# disk prints the bytes of every node's data directory (du: blocks in use).
+disk() {
+	local i out=()
+	for i in $(seq 0 $((NODES - 1))); do out+=("$(du -sb "$WORK/data/n$i" | cut -f1)"); done
+	(IFS=,; echo "${out[*]}")
 }
 
 start_all
 wait_ready "$(now)" >/dev/null
-"$BIN" cluster settings --addr "$ADDRS" --set "max_leases=$((LEASES > 2000000 ? LEASES : 2000000))" >/dev/null
+QUEUES=$(((JOBS + 99) / 100 + 64))
+"$BIN" cluster settings --addr "$ADDRS" --set "max_leases=$((LEASES > 2000000 ? LEASES : 2000000))" \
+	--set "max_queues=$((QUEUES > 20000 ? QUEUES : 20000))" --set "queues_per_client=$((QUEUES > 20 ? QUEUES : 20))" >/dev/null
 
 echo "filling: $LEASES leases with $CLIENTS clients over $NODES node(s)"
-"$BIN" bench --addr "$ADDRS" --workload lease-fill --clients "$CLIENTS" --count "$LEASES" --duration 60m | tee "$WORK/bench.txt"
+"${LOAD[@]}" "$BIN" bench --addr "$ADDRS" --workload lease-fill --result-bytes "$RESULT" --clients "$CLIENTS" --count "$LEASES" --duration 600m | tee "$WORK/bench.txt"
+if [ "$JOBS" -gt 0 ]; then
+	echo "filling: $JOBS jobs of $PAYLOAD bytes"
+	"${LOAD[@]}" "$BIN" bench --addr "$ADDRS" --workload enqueue --payload-bytes "$PAYLOAD" --clients "$CLIENTS" --count "$JOBS" --duration 600m | tee -a "$WORK/bench.txt"
+fi
 # Followers apply what the leader committed a moment later.
 for _ in $(seq 1 100); do (check_held "after the fill") 2>/dev/null && break; sleep 0.1; done
 check_held "after the fill"
-echo "leases_held=$LEASES"
+held=$(curl -s "http://${HTTP[0]}/metrics" | awk '$1 == "holdfast_leases_held" { printf "%d", $2 }')
+echo "leases=$LEASES leases_held=${held:-0} result_bytes=$RESULT jobs=$JOBS payload_bytes=$PAYLOAD"
 echo "rss_after_fill_mib=$(rss VmRSS) peak_rss_mib=$(rss VmHWM)"
+# Raw record bytes: each lease's key hash and result, each job's id, key
+# and payload (as test/scale/statefill counts them).
+raw=$((LEASES * (32 + RESULT) + JOBS * (16 + 11 + PAYLOAD)))
+echo "disk_bytes=$(disk) raw_record_bytes=$raw"
 
 t=$(now)
 "$BIN" snapshot save --addr "$ADDRS" --timeout 5m "$WORK/backup.hfsnap" >/dev/null
@@ -182,7 +230,13 @@ heap=()
 for p in "${HTTP[@]}"; do
 	heap+=("$(curl -s "http://$p/debug/pprof/heap?gc=1&debug=1" | awk '$2 == "HeapAlloc" { printf "%.1f", $4 / 1048576 }')")
 done
-echo "heap_after_restart_mib=$(IFS=,; echo "${heap[*]}")"
+echo "heap_after_restart_mib=$(IFS=,; echo "${heap[*]}") peak_rss_since_restart_mib=$(rss VmHWM)"
+
+if [ "$QLOAD" -gt 0 ]; then
+	echo "queue load: 64 clients for $QLOAD s"
+	"${LOAD[@]}" "$BIN" bench --addr "$ADDRS" --workload queue --clients 64 --duration "${QLOAD}s" | tee "$WORK/bench-queue.txt"
+	echo "rss_after_queue_load_mib=$(rss VmRSS) peak_rss_since_restart_mib=$(rss VmHWM)"
+fi
 
 [ "$NODES" -eq 3 ] || exit 0
 # A follower wiped and started again under its id receives the state from
@@ -197,7 +251,7 @@ for i in 0 1 2; do [ "$i" -ne "$victim" ] && others+=("${HTTP[i]}"); done
 kill -TERM "${PIDS[victim]}"
 wait "${PIDS[victim]}" 2>/dev/null || true
 rm -rf "$WORK/data/n$victim"
-"$BIN" bench --addr "$(IFS=,; echo "${others[*]}")" --workload lease --clients 16 --duration 15s >"$WORK/bench-during-rejoin.txt" 2>&1 &
+"${LOAD[@]}" "$BIN" bench --addr "$(IFS=,; echo "${others[*]}")" --workload lease --clients 16 --duration 15s >"$WORK/bench-during-rejoin.txt" 2>&1 &
 load=$!
 t=$(now)
 start_node "$victim"
