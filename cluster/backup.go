@@ -165,9 +165,18 @@ func (n *Node) TakeBackup(ctx context.Context) (*Backup, error) {
 		return nil, fmt.Errorf("take a snapshot: %w", err)
 	}
 	// Hash the snapshot now for the header, and stream it again from the
-	// store when the backup is written (the store retains several).
+	// store when the backup is written (the store retains several), in
+	// the state machine's format whatever Raft would send a follower.
 	meta, rc, err := f.Open()
 	if err != nil {
+		return nil, fmt.Errorf("open the snapshot: %w", err)
+	}
+	_ = rc.Close()
+	open := func() (io.ReadCloser, error) {
+		_, rc, err := openEncoded(n.snaps, meta.ID)
+		return rc, err
+	}
+	if rc, err = open(); err != nil {
 		return nil, fmt.Errorf("open the snapshot: %w", err)
 	}
 	h := sha256.New()
@@ -188,10 +197,7 @@ func (n *Node) TakeBackup(ctx context.Context) (*Backup, error) {
 		Size: size, SHA256: hex.EncodeToString(h.Sum(nil)),
 		NodeID: n.cfg.NodeID, CreatedAt: n.cfg.Now().UTC().Format(time.RFC3339),
 		FencingCounter: fencing,
-	}, open: func() (io.ReadCloser, error) {
-		_, rc, err := n.snaps.Open(meta.ID)
-		return rc, err
-	}}, nil
+	}, open: open}, nil
 }
 
 // prefixWriter keeps the first max bytes written to it.

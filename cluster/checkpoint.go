@@ -208,11 +208,39 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Open implements raft.SnapshotStore. A snapshot kept as a checkpoint is
-// read in the state machine's format, encoded from the checkpoint as it
-// is read, with its size in that format; one kept in that format is read
-// as the file store keeps it.
+// Open implements raft.SnapshotStore: what Raft sends a follower, and
+// restores at a start whose state store is behind. A snapshot kept as a
+// checkpoint is read as the checkpoint's files (an archive, see
+// ArchiveLevel) once the cluster is at ArchiveLevel, and before that as
+// openEncoded reads it; any other is read as the file store keeps it.
 func (s *watchedSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	if s.level == nil || s.level() < ArchiveLevel {
+		return s.openEncoded(id)
+	}
+	meta, rc, applied, ok, err := s.openMarked(id)
+	if err != nil || !ok {
+		return meta, rc, err
+	}
+	a, err := openArchive(filepath.Join(s.dir, id, checkpointDir), applied)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open snapshot %s: %w", id, err)
+	}
+	m := *meta
+	m.Size = a.size()
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = pw.CloseWithError(a.writeTo(pw))
+	}()
+	return &m, &frozenReader{PipeReader: pr, done: done, release: func() {}}, nil
+}
+
+// openEncoded opens snapshot id in the state machine's format, the format
+// of backups: one kept as a checkpoint is encoded from the checkpoint as
+// it is read, with its size in that format; one kept in that format is
+// read as the file store keeps it.
+func (s *watchedSnapshots) openEncoded(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, applied, ok, err := s.openMarked(id)
 	if err != nil || !ok {
 		return meta, rc, err
@@ -282,6 +310,15 @@ func (s *watchedSnapshots) openChecked(id string) (rc io.ReadCloser, err error) 
 		return nil, fmt.Errorf("its checkpoint holds entries up to %d, its marker says %d", fz.Applied(), applied)
 	}
 	return nil, nil
+}
+
+// openEncoded opens snapshot id of snaps in the state machine's format:
+// see watchedSnapshots.openEncoded.
+func openEncoded(snaps raft.SnapshotStore, id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	if w, ok := snaps.(*watchedSnapshots); ok {
+		return w.openEncoded(id)
+	}
+	return snaps.Open(id)
 }
 
 // openState opens snapshot id of snaps for a check: see openChecked.

@@ -15,15 +15,16 @@ import (
 	"github.com/holdfast/holdfast/internal/statestore"
 )
 
-// newestSnapshot returns the newest snapshot's meta and its state as the
-// node's snapshot store reads it.
+// newestSnapshot returns the newest snapshot's meta and its state in the
+// state machine's format, as the node's snapshot store reads it for a
+// backup.
 func newestSnapshot(t *testing.T, n *Node) (*raft.SnapshotMeta, []byte) {
 	t.Helper()
 	metas, err := n.snaps.List()
 	if err != nil || len(metas) == 0 {
 		t.Fatalf("list snapshots: %v %v", metas, err)
 	}
-	meta, rc, err := n.snaps.Open(metas[0].ID)
+	meta, rc, err := openEncoded(n.snaps, metas[0].ID)
 	if err != nil {
 		t.Fatalf("open snapshot %s: %v", metas[0].ID, err)
 	}
@@ -37,10 +38,11 @@ func newestSnapshot(t *testing.T, n *Node) (*raft.SnapshotMeta, []byte) {
 
 // TestSnapshotsAreCheckpointsFromTheirLevel: from CheckpointLevel on, a
 // node keeps a snapshot as a checkpoint of its state store (a marker in
-// state.bin and the store's files beside it) and reads it back, with its
-// size, as exactly the state machine's own snapshot of that state; below
-// that level it keeps the state machine's snapshot, which a build of the
-// level before reads.
+// state.bin and the store's files beside it) and reads it back for a
+// backup, with its size, as exactly the state machine's own snapshot of
+// that state, and for Raft (at this build's level) as an archive of the
+// checkpoint's files; below that level it keeps the state machine's
+// snapshot, which a build of the level before reads, and Raft reads that.
 func TestSnapshotsAreCheckpointsFromTheirLevel(t *testing.T) {
 	for _, c := range []struct {
 		name       string
@@ -79,6 +81,22 @@ func TestSnapshotsAreCheckpointsFromTheirLevel(t *testing.T) {
 			}
 			if err := verifySnapshot(n.snaps, meta.ID); err != nil {
 				t.Fatalf("verify the snapshot: %v", err)
+			}
+			rmeta, rc, err := n.snaps.Open(meta.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := io.ReadAll(rc)
+			_ = rc.Close()
+			if err != nil || rmeta.Size != int64(len(raw)) || isArchive(raw) != c.checkpoint {
+				t.Fatalf("raft reads the snapshot as %d bytes (meta size %d, %v), an archive: %v; want %v", len(raw), rmeta.Size, err, isArchive(raw), c.checkpoint)
+			}
+			if c.checkpoint {
+				if got, err := readArchive(bytes.NewReader(raw), ""); err != nil || got != applied {
+					t.Fatalf("the archive holds index %d (%v), the marker says %d", got, err, applied)
+				}
+			} else if !bytes.Equal(raw, got) {
+				t.Fatal("raft reads a snapshot in the state machine's format otherwise than a backup does")
 			}
 		})
 	}

@@ -108,6 +108,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
+	snaps.level = n.fsm.Level
 	n.snaps = snaps
 	recorded, err := checkLevelRecord(n.store)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -321,12 +322,34 @@ func TestFailoverFencingAndCatchUp(t *testing.T) {
 
 // TestSnapshotInstallCatchUp stops a follower, lets the leader compact its
 // log past the follower's position, and checks the follower catches up by
-// installing a snapshot.
+// installing a snapshot: from ArchiveLevel on, the leader's store files,
+// which the follower keeps as its snapshot and installs as its store;
+// below it (a member of a build of the level before), the state machine's
+// format, written into the follower's store record by record.
 func TestSnapshotInstallCatchUp(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		speak *uint32 // the first member's build level
+		magic string  // how the snapshot the follower received starts
+	}{
+		{"this build", nil, archiveMagic},
+		{"a member of the level before", olderBuild(ArchiveLevel - 1), "HOLDFAST-SNAP"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			snapshotInstallCatchUp(t, c.speak, c.magic)
+		})
+	}
+}
+
+func snapshotInstallCatchUp(t *testing.T, speak *uint32, magic string) {
+	i := 0
 	nodes, cfgs := threeNodes(t, func(c *Config) {
 		c.SnapshotThreshold = 16
 		c.TrailingLogs = 4
 		c.SnapshotInterval = 50 * time.Millisecond
+		if i++; i == 1 {
+			c.testLevel = speak
+		}
 	})
 	ctx := context.Background()
 	leader := waitReadyLeader(t, nodes...)
@@ -356,6 +379,31 @@ func TestSnapshotInstallCatchUp(t *testing.T) {
 	idx, _ := strconv.ParseUint(restarted.raft.Stats()["last_snapshot_index"], 10, 64)
 	if idx <= stoppedAt {
 		t.Fatalf("follower caught up without installing a snapshot (last snapshot index %d, stopped at %d)", idx, stoppedAt)
+	}
+	// The snapshot it received, as its file store keeps it.
+	w := restarted.snaps.(*watchedSnapshots)
+	metas, err := w.List()
+	if err != nil || len(metas) == 0 {
+		t.Fatalf("the follower's snapshots: %v %v", metas, err)
+	}
+	_, rc, err := w.SnapshotStore.Open(metas[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, len(magic))
+	_, err = io.ReadFull(rc, head)
+	_ = rc.Close()
+	if err != nil || string(head) != magic {
+		t.Fatalf("the follower's snapshot %s starts %q (%v), want %q", metas[0].ID, head, err, magic)
+	}
+	// Its state store holds the state after a restart too.
+	want := restarted.fsm.StateHash()
+	if err := restarted.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again := open(t, cfgs[fi])
+	if got := again.fsm.StateHash(); got != want {
+		t.Fatalf("after a restart the follower's state hash is %x, it was %x", got, want)
 	}
 }
 

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -119,15 +120,22 @@ func (n *Node) checkSnapshots(snaps raft.SnapshotStore, logs raft.LogStore) erro
 }
 
 // verifySnapshot reads a snapshot through the store (which checks its CRC)
-// and checks the state machine's format and checksum; one kept as a
-// checkpoint is checked as openChecked says, without reading its state.
+// and checks the state machine's format and checksum, or an archive's
+// (a store's files received from the leader) framing and checksums; one
+// kept as a checkpoint is checked as openChecked says, without reading
+// its state.
 func verifySnapshot(snaps raft.SnapshotStore, id string) error {
 	rc, err := openState(snaps, id)
 	if err != nil || rc == nil {
 		return err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
+	br := bufio.NewReader(rc)
+	if head, _ := br.Peek(len(archiveMagic)); isArchive(head) {
+		_, err := readArchive(br, "")
+		return err
+	}
+	b, err := io.ReadAll(br)
 	if err != nil {
 		return fmt.Errorf("read: %w", err)
 	}

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"time"
 
@@ -117,6 +119,37 @@ func (d durableFSM) Snapshot() (raft.FSMSnapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// Restore implements raft.FSM. A snapshot that is a state store's files
+// (ArchiveLevel) becomes the store, once they are whole, open and hold
+// the index the archive says, and the state machine reads its state from
+// them; one in the state machine's format is written into a new store
+// record by record.
+func (d durableFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	br := bufio.NewReaderSize(rc, 64<<10)
+	if head, _ := br.Peek(len(archiveMagic)); !isArchive(head) {
+		return d.FSM.Restore(io.NopCloser(br))
+	}
+	start := time.Now()
+	var applied uint64
+	err := d.FSM.RestoreStore(func(check func(fsm.Reader) error) error {
+		return d.state.ReplaceFiles(func(dir string) (err error) {
+			applied, err = readArchive(br, dir)
+			return err
+		}, func(fz *statestore.Frozen) error {
+			if fz.Applied() != applied {
+				return fmt.Errorf("%w: the store holds entries up to %d, the archive says %d", errArchive, fz.Applied(), applied)
+			}
+			return check(fz)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("install the state store received: %w", err)
+	}
+	d.log.Info("installed the state store received", "applied", applied, "seconds", time.Since(start).Seconds())
+	return nil
 }
 
 type flushingSnapshot struct {

@@ -677,6 +677,9 @@ type watchedSnapshots struct {
 	dir string
 	// frozen holds the checkpoints of snapshots open while they are read.
 	frozen frozenSnapshots
+	// level is the cluster's active level (nil: 0), which decides what
+	// Open reads a checkpoint as.
+	level func() uint32
 }
 
 func (s *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,

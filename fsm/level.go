@@ -21,7 +21,11 @@ import "github.com/holdfast/holdfast/internal/wire"
 //     store (cluster.CheckpointLevel), which a build of level 2 cannot
 //     read; log entries, the snapshot format a follower receives and the
 //     peer link are level 2's.
-const BuildLevel uint32 = 3
+//   - Level 4: a snapshot kept as a checkpoint is sent to a follower as
+//     the checkpoint's files (cluster.ArchiveLevel), which the follower
+//     installs as its state store; a build of level 3 cannot read that.
+//     Log entries, backups and the peer link are level 2's.
+const BuildLevel uint32 = 4
 
 // SetLevel raises the cluster's active level. The leader proposes it only
 // once every member has reported that it speaks Level. It never lowers

@@ -258,11 +258,15 @@ func (s *state) writeNodes(w Writer) {
 
 // load reads the scalars, the node directory and the near timers of the
 // store's state.
-func (s *state) load() error {
-	if err := s.loadScalars(s.store); err != nil {
+func (s *state) load() error { return s.loadFrom(s.store) }
+
+// loadFrom reads the scalars, the node directory and the timers held in
+// memory from r, which holds what the state's store holds (or will).
+func (s *state) loadFrom(r Reader) error {
+	if err := s.loadScalars(r); err != nil {
 		return err
 	}
-	if err := s.timers.load(s.store); err != nil {
+	if err := s.timers.load(r); err != nil {
 		return fmt.Errorf("read the timers: %w", err)
 	}
 	heap.Init(&s.timers.h)

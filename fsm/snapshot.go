@@ -540,6 +540,29 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
+// RestoreStore replaces the whole state with the one another node's
+// store held, received as that store's files rather than as a snapshot:
+// install puts them into the state's store, first calling check with a
+// reader of them, which reads the state as a node's start reads its own
+// and fails on one the state machine cannot read (install must then keep
+// the old contents). Readers see either the old state or the new one.
+func (f *FSM) RestoreStore(install func(check func(Reader) error) error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := newState(f.st.store)
+	if err := install(func(r Reader) error {
+		if err := s.loadFrom(r); err != nil {
+			return fmt.Errorf("read the received state: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	f.st = s
+	f.level.Store(s.level)
+	return nil
+}
+
 // SnapshotBytes returns the canonical snapshot encoding of the current state.
 func (f *FSM) SnapshotBytes() []byte {
 	v, err := f.capture()

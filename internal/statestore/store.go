@@ -427,6 +427,43 @@ func (s *Store) Install(dir string) error {
 	return atomicfile.SyncDir(s.root)
 }
 
+// ReplaceFiles makes the store hold the database whose files fill writes
+// into the directory it is given (another store's checkpoint, received
+// from a peer). The database is opened read-only and handed to check,
+// which must find it whole, and only then installed (see Install): an
+// error from fill or check leaves the old contents, and the new files
+// are removed.
+func (s *Store) ReplaceFiles(fill func(dir string) error, check func(*Frozen) error) error {
+	dir, err := s.InstallDir()
+	if err != nil {
+		return err
+	}
+	err = fill(dir)
+	if err == nil {
+		err = checkFrozen(dir, check)
+	}
+	if err != nil {
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return fmt.Errorf("state store: replace: %w", err)
+	}
+	return s.Install(dir)
+}
+
+// checkFrozen opens the database in dir read-only for check.
+func checkFrozen(dir string, check func(*Frozen) error) error {
+	fz, err := OpenFrozen(dir)
+	if err != nil {
+		return err
+	}
+	err = check(fz)
+	if cerr := fz.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // Close flushes the store, so that a restart replays nothing, and closes it.
 func (s *Store) Close() error {
 	ferr := s.Flush()

@@ -222,6 +222,47 @@ func TestInstallReplacesTheStore(t *testing.T) {
 	}
 }
 
+// TestReplaceFilesChecksBeforeInstalling: a database whose files were
+// written in is handed to the check read-only, and installed only if the
+// check passes; a failed check keeps the old contents and leaves no
+// directory behind.
+func TestReplaceFilesChecksBeforeInstalling(t *testing.T) {
+	src := openT(t, t.TempDir())
+	commit(t, src, 40, "new", "yes")
+	cp := filepath.Join(t.TempDir(), "cp")
+	if err := src.Checkpoint(cp); err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
+
+	root := t.TempDir()
+	s := openT(t, root)
+	defer s.Close()
+	commit(t, s, 90, "old", "yes")
+	refused := errors.New("refused")
+	err := s.ReplaceFiles(func(dir string) error { copyDir(t, cp, dir); return nil }, func(fz *Frozen) error {
+		if v, ok := mustGet(t, fz.Get, "new"); !ok || v != "yes" || fz.Applied() != 40 {
+			t.Errorf("the check reads new=%q (%v) at %d, want yes at 40", v, ok, fz.Applied())
+		}
+		return refused
+	})
+	if !errors.Is(err, refused) {
+		t.Fatalf("ReplaceFiles with a failing check: %v", err)
+	}
+	if got := fmt.Sprint(keys(t, s.Scan, "a", "z")); got != "[old=yes]" || s.Applied() != 90 {
+		t.Fatalf("after a refused replace the store holds %s at %d", got, s.Applied())
+	}
+	if got := dirNames(t, root); got != "[CURRENT store-000001]" {
+		t.Fatalf("after a refused replace the root holds %s", got)
+	}
+	if err := s.ReplaceFiles(func(dir string) error { copyDir(t, cp, dir); return nil }, func(*Frozen) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(keys(t, s.Scan, "a", "z")); got != "[new=yes]" || s.Applied() != 40 {
+		t.Fatalf("after the replace the store holds %s at %d", got, s.Applied())
+	}
+}
+
 func dirNames(t *testing.T, dir string) string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)

@@ -16,10 +16,10 @@ import (
 )
 
 // baselineCommit is the release the upgrade scenarios start from: the last
-// build of cluster level 2 (baselineLevel), the level before this build's,
-// which keeps the state in memory and its snapshots in the state
-// machine's format. Upgrades go one level at a time.
-const baselineCommit = "bc16e06"
+// build of cluster level 3 (baselineLevel), the level before this build's,
+// which keeps its snapshots as checkpoints of its state store but sends a
+// follower the state machine's format. Upgrades go one level at a time.
+const baselineCommit = "584ef8b"
 
 // CacheEnv is the directory that keeps built baselines between runs
 // (default: the user's cache directory, under holdfast-fault).

@@ -66,8 +66,12 @@ const (
 )
 
 // checkpointMagic starts the state.bin of a snapshot kept as a checkpoint
-// of the state store (cluster level 3).
-const checkpointMagic = "HOLDFAST-CKPT"
+// of the state store (cluster level 3); archiveMagic that of a snapshot a
+// follower was sent as the leader's store files (cluster level 4).
+const (
+	checkpointMagic = "HOLDFAST-CKPT"
+	archiveMagic    = "HOLDFAST-STORE"
+)
 
 // scripted reports whether a nemesis is a scripted walk.
 func scripted(nemesis string) bool {
@@ -201,7 +205,7 @@ func (nm *nemesis) rollingUpgrade() {
 		if len(nm.onBaseline()) > 0 {
 			while := "while " + strings.Join(harness.IDs(nm.onBaseline()), ",") + " run the baseline"
 			nm.r.expectLevel(baselineLevel, while)
-			nm.expectNoCheckpoints(while)
+			nm.expectNoArchives(while)
 			nm.probeAll("mixed versions")
 		}
 	}
@@ -210,16 +214,16 @@ func (nm *nemesis) rollingUpgrade() {
 	nm.probeAll("all upgraded")
 }
 
-// expectNoCheckpoints reports a member that keeps a snapshot as a
-// checkpoint of its state store (level 3) while the cluster is below that
-// level: a baseline build started on its data directory could not read it.
-func (nm *nemesis) expectNoCheckpoints(while string) {
+// expectNoArchives reports a member that keeps a snapshot it was sent as
+// the leader's store files (level 4) while the cluster is below that
+// level: a baseline build could not read one.
+func (nm *nemesis) expectNoArchives(while string) {
 	for _, n := range nm.r.memberNodes() {
-		k, err := checkpointSnapshots(n.DataDir)
+		k, err := snapshotsStarting(n.DataDir, archiveMagic)
 		if err != nil {
 			nm.r.problem("%s's snapshots %s: %v", n.ID, while, err)
 		} else if k > 0 {
-			nm.r.problem("%s keeps %d snapshots as checkpoints %s, which the baseline cannot read", n.ID, k, while)
+			nm.r.problem("%s keeps %d snapshots sent as store files %s, which the baseline cannot read", n.ID, k, while)
 		}
 	}
 }
@@ -230,7 +234,7 @@ func (nm *nemesis) expectNoCheckpoints(while string) {
 func (nm *nemesis) awaitCheckpoints() error {
 	return poll(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
 		for _, n := range nm.r.memberNodes() {
-			if k, err := checkpointSnapshots(n.DataDir); err != nil || k == 0 {
+			if k, err := snapshotsStarting(n.DataDir, checkpointMagic); err != nil || k == 0 {
 				return fmt.Errorf("%s keeps no snapshot as a checkpoint (%v); its snapshots: %s", n.ID, err, snapshotFormats(n.DataDir))
 			}
 		}
@@ -238,9 +242,11 @@ func (nm *nemesis) awaitCheckpoints() error {
 	})
 }
 
-// checkpointSnapshots counts the finished snapshots of a data directory
-// kept as checkpoints of the state store: their state.bin is a marker.
-func checkpointSnapshots(dataDir string) (int, error) {
+// snapshotsStarting counts the finished snapshots of a data directory
+// whose state.bin starts with magic: checkpointMagic for those kept as
+// checkpoints of the state store, archiveMagic for those sent as store
+// files.
+func snapshotsStarting(dataDir, magic string) (int, error) {
 	files, err := filepath.Glob(filepath.Join(dataDir, "snapshots", "*", "state.bin"))
 	if err != nil {
 		return 0, err
@@ -257,7 +263,7 @@ func checkpointSnapshots(dataDir string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if bytes.HasPrefix(b, []byte(checkpointMagic)) {
+		if bytes.HasPrefix(b, []byte(magic)) {
 			k++
 		}
 	}
@@ -369,7 +375,20 @@ func (nm *nemesis) downgrade() {
 			}
 			return nm.refusedJoin(g)
 		}) &&
-		nm.step("join "+g.ID+" on the build under test", func() error { return nm.addVoter(ctx, g) })
+		nm.step("let the leader compact its log", nm.awaitCompaction) &&
+		nm.step("join "+g.ID+" on the build under test: it is sent the leader's store files", func() error {
+			if err := nm.addVoter(ctx, g); err != nil {
+				return err
+			}
+			if err := nm.awaitCaughtUp(g); err != nil {
+				return err
+			}
+			if k, err := snapshotsStarting(g.DataDir, archiveMagic); err != nil || k == 0 {
+				return fmt.Errorf("%s caught up without a snapshot sent as store files (%v); its snapshots: %s; log tail:\n%s",
+					g.ID, err, snapshotFormats(g.DataDir), lastLines(g.LogSinceStart(), 10))
+			}
+			return nil
+		})
 	if ok {
 		nm.probeAll("after the refused downgrades")
 	}
@@ -559,6 +578,8 @@ func snapshotFormats(dataDir string) string {
 			v = fmt.Sprintf("format %d", b[len(magic)])
 		case k > len(checkpoint) && string(b[:len(checkpoint)]) == checkpoint:
 			v = "a checkpoint of the state store (level 3)"
+		case k > len(archiveMagic) && string(b[:len(archiveMagic)]) == archiveMagic:
+			v = "the leader's store files (level 4)"
 		}
 		out = append(out, filepath.Base(filepath.Dir(p))+" "+v)
 	}
