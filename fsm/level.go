@@ -24,7 +24,10 @@ import "github.com/holdfast/holdfast/internal/wire"
 //   - Level 4: a snapshot kept as a checkpoint is sent to a follower as
 //     the checkpoint's files (cluster.ArchiveLevel), which the follower
 //     installs as its state store; a build of level 3 cannot read that.
-//     Log entries, backups and the peer link are level 2's.
+//     Log entries, backups and the peer link are level 2's. Reaching it
+//     raises max_leases and max_queues from their initial bounds to the
+//     defaults of a state on disk (capacityLevel), so every member must
+//     apply that rule first.
 const BuildLevel uint32 = 4
 
 // SetLevel raises the cluster's active level. The leader proposes it only
@@ -60,6 +63,9 @@ func (c *SetLevel) decodeBody(d *wire.Decoder, _ byte) {
 func (s *state) applySetLevel(c *SetLevel) LevelResult {
 	if c.Level <= s.level {
 		return LevelResult{Level: s.level}
+	}
+	if s.level < capacityLevel && c.Level >= capacityLevel {
+		s.settings.raiseToDefaults()
 	}
 	s.level = c.Level
 	return LevelResult{Level: s.level, Raised: true}

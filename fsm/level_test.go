@@ -116,3 +116,42 @@ func TestEveryEntryFormatHasALevel(t *testing.T) {
 		t.Errorf("claim at level %d", l)
 	}
 }
+
+// TestCapacityLevelRaisesTheInitialBounds: a state starts with the bounds
+// of the builds that kept records in memory; reaching capacityLevel raises
+// max_leases and max_queues to the defaults where they still hold those
+// (an operator's value stays), and only the entry that crosses it does.
+func TestCapacityLevelRaisesTheInitialBounds(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		set                  SettingsPatch
+		wantLeases, wantQues int64
+	}{
+		{"initial bounds", SettingsPatch{}, DefaultMaxLeases, DefaultMaxQueues},
+		{"max_leases set", SettingsPatch{MaxLeases: ptr(int64(3_000_000))}, 3_000_000, DefaultMaxQueues},
+		{"max_queues set", SettingsPatch{MaxQueues: ptr(int64(100))}, DefaultMaxLeases, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := New()
+			if s := f.Settings(); s.MaxLeases != initialMaxLeases || s.MaxQueues != initialMaxQueues {
+				t.Fatalf("a new state's bounds: %d, %d", s.MaxLeases, s.MaxQueues)
+			}
+			f.ApplyCommand(&SetSettings{Now: t0, Patch: c.set})
+			f.ApplyCommand(&SetLevel{Now: t0, Level: capacityLevel - 1})
+			if s := f.Settings(); s.MaxLeases == DefaultMaxLeases || s.MaxQueues == DefaultMaxQueues {
+				t.Fatalf("the bounds rose below capacityLevel: %d, %d", s.MaxLeases, s.MaxQueues)
+			}
+			f.ApplyCommand(&SetLevel{Now: t0, Level: capacityLevel})
+			if s := f.Settings(); s.MaxLeases != c.wantLeases || s.MaxQueues != c.wantQues {
+				t.Fatalf("at capacityLevel: %d, %d; want %d, %d", s.MaxLeases, s.MaxQueues, c.wantLeases, c.wantQues)
+			}
+			f.ApplyCommand(&SetSettings{Now: t0, Patch: SettingsPatch{MaxLeases: ptr(int64(initialMaxLeases))}})
+			f.ApplyCommand(&SetLevel{Now: t0, Level: capacityLevel + 1})
+			if s := f.Settings(); s.MaxLeases != initialMaxLeases {
+				t.Fatalf("a later level raised max_leases again: %d", s.MaxLeases)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -116,7 +116,7 @@ func TestMaxQueuesRefusesOnlyCreation(t *testing.T) {
 // TestSnapshotVersion1Restores restores a snapshot written by the version 1
 // layout (testdata/snapshot-v1.bin, the state seedFSM builds, written before
 // max_leases and max_queues existed): it must restore to that same state,
-// with the new settings at their defaults, and snapshot again in the
+// with the new settings at their initial bounds, and snapshot again in the
 // current layout exactly as the state built today does.
 func TestSnapshotVersion1Restores(t *testing.T) {
 	v1, err := os.ReadFile("testdata/snapshot-v1.bin")
@@ -128,7 +128,7 @@ func TestSnapshotVersion1Restores(t *testing.T) {
 		t.Fatalf("restore a version 1 snapshot: %v", err)
 	}
 	want := seedFSM()
-	if g.Settings() != want.Settings() || g.Settings().MaxLeases != DefaultMaxLeases || g.Settings().MaxQueues != DefaultMaxQueues {
+	if g.Settings() != want.Settings() || g.Settings().MaxLeases != initialMaxLeases || g.Settings().MaxQueues != initialMaxQueues {
 		t.Fatalf("settings %+v, want %+v", g.Settings(), want.Settings())
 	}
 	if !bytes.Equal(g.SnapshotBytes(), want.SnapshotBytes()) {

@@ -63,16 +63,47 @@ func DefaultSettings() Settings {
 		MaxPayloadBytes:          16384,
 		QueuesPerClient:          20,
 		QueueCreateWindowSeconds: 86400,
-		MaxLeases:                DefaultMaxLeases,
-		MaxQueues:                DefaultMaxQueues,
+		MaxLeases:                initialMaxLeases,
+		MaxQueues:                initialMaxQueues,
 	}
 }
 
-// The default bounds of the state, sized with the README's memory budget.
+// The bounds a state starts with: those of the builds that kept every
+// record in memory. Every build must start a state with them, so that a
+// log replayed from its first entry gives the same state on every build;
+// the cluster raises them to the defaults below with the level that
+// brought them (capacityLevel).
 const (
-	DefaultMaxLeases = 2_000_000
-	DefaultMaxQueues = 20_000
+	initialMaxLeases = 2_000_000
+	initialMaxQueues = 20_000
 )
+
+// The default bounds of a cluster whose records are on disk, from
+// capacityLevel on: what a node's disk holds at a day of records (a
+// completed lease with a 512-byte result takes about 600 bytes on disk),
+// with the free-space floor refusing new keys before the disk fills.
+const (
+	DefaultMaxLeases = 50_000_000
+	DefaultMaxQueues = 500_000
+)
+
+// capacityLevel is the cluster level at which max_leases and max_queues
+// rise from the initial bounds to the defaults, where an operator has not
+// set them to something else: the level every node's snapshot is its
+// store's files (cluster.ArchiveLevel), the last of the state's move to
+// disk.
+const capacityLevel = 4
+
+// raiseToDefaults raises the bounds that still hold their initial values
+// to the defaults; a value an operator set is kept.
+func (s *Settings) raiseToDefaults() {
+	if s.MaxLeases == initialMaxLeases {
+		s.MaxLeases = DefaultMaxLeases
+	}
+	if s.MaxQueues == initialMaxQueues {
+		s.MaxQueues = DefaultMaxQueues
+	}
+}
 
 // maxSettingValue keeps every derived millisecond value far from overflow.
 const maxSettingValue = 10 * 365 * 86400
