@@ -212,7 +212,51 @@ func (nm *nemesis) rollingUpgrade() {
 	nm.step("the new level becomes active", func() error { return nm.r.awaitLevel(buildLevel, buildLevel, 45*time.Second) })
 	nm.step("every member keeps its snapshot of the new level as a checkpoint", nm.awaitCheckpoints)
 	nm.probeAll("all upgraded")
+	l, err := nm.currentLeader()
+	if err != nil {
+		nm.r.problem("rolling upgrade: %v", err)
+		return
+	}
+	f := harness.Except(nm.r.memberNodes(), l)[0]
+	ctx := context.Background()
+	ok := nm.step("stop the follower "+f.ID+" (SIGTERM), remove it and wipe its data", func() error {
+		if err := nm.r.stopNode(f); err != nil {
+			return err
+		}
+		return nm.removeVoter(ctx, f)
+	}) && nm.step("let the leader compact its log", nm.awaitCompaction) &&
+		nm.step("join "+f.ID+" again: it is sent the leader's store files", func() error { return nm.joinWiped(ctx, f, "", true) })
+	if ok {
+		nm.probeAll("a follower sent the leader's store files")
+	}
 }
+
+// joinWiped joins n again with an empty data directory, on binary ("" for
+// the build under test), once the leader has compacted its log: it must
+// catch up by installing a snapshot, as the leader's store files
+// (storeFiles, from cluster level 4) or in the state machine's format.
+func (nm *nemesis) joinWiped(ctx context.Context, n *harness.Node, binary string, storeFiles bool) error {
+	n.Binary = binary
+	if err := nm.addVoter(ctx, n); err != nil {
+		return err
+	}
+	if err := nm.awaitCaughtUp(n); err != nil {
+		return err
+	}
+	log := n.LogSinceStart()
+	if !strings.Contains(log, "Installed remote snapshot") {
+		return fmt.Errorf("%s caught up without installing a snapshot; log tail:\n%s", n.ID, lastLines(log, 10))
+	}
+	if got := strings.Contains(log, storeFilesInstalled); got != storeFiles {
+		return fmt.Errorf("%s installed a snapshot sent as store files: %v, want %v (its snapshots: %s); log tail:\n%s",
+			n.ID, got, storeFiles, snapshotFormats(n.DataDir), lastLines(log, 10))
+	}
+	return nil
+}
+
+// storeFilesInstalled is what a node logs when it installed a snapshot
+// sent as the leader's store files.
+const storeFilesInstalled = "installed the state store received"
 
 // expectNoArchives reports a member that keeps a snapshot it was sent as
 // the leader's store files (level 4) while the cluster is below that
@@ -296,17 +340,7 @@ func (nm *nemesis) rejoinOnBaseline() {
 		return nm.removeVoter(ctx, old)
 	}) && nm.step("let the upgraded leader compact its log", nm.awaitCompaction) &&
 		nm.step("join "+old.ID+" again on the baseline: a snapshot from an upgraded leader", func() error {
-			old.Binary = r.baseline
-			if err := nm.addVoter(ctx, old); err != nil {
-				return err
-			}
-			if err := nm.awaitCaughtUp(old); err != nil {
-				return err
-			}
-			if !strings.Contains(old.LogSinceStart(), "Installed remote snapshot") {
-				return fmt.Errorf("%s caught up without installing a snapshot; log tail:\n%s", old.ID, lastLines(old.LogSinceStart(), 10))
-			}
-			return nil
+			return nm.joinWiped(ctx, old, r.baseline, false)
 		})
 	if !ok {
 		return
@@ -375,20 +409,7 @@ func (nm *nemesis) downgrade() {
 			}
 			return nm.refusedJoin(g)
 		}) &&
-		nm.step("let the leader compact its log", nm.awaitCompaction) &&
-		nm.step("join "+g.ID+" on the build under test: it is sent the leader's store files", func() error {
-			if err := nm.addVoter(ctx, g); err != nil {
-				return err
-			}
-			if err := nm.awaitCaughtUp(g); err != nil {
-				return err
-			}
-			if k, err := snapshotsStarting(g.DataDir, archiveMagic); err != nil || k == 0 {
-				return fmt.Errorf("%s caught up without a snapshot sent as store files (%v); its snapshots: %s; log tail:\n%s",
-					g.ID, err, snapshotFormats(g.DataDir), lastLines(g.LogSinceStart(), 10))
-			}
-			return nil
-		})
+		nm.step("join "+g.ID+" on the build under test", func() error { return nm.addVoter(ctx, g) })
 	if ok {
 		nm.probeAll("after the refused downgrades")
 	}
