@@ -185,9 +185,12 @@ disk() {
 
 start_all
 wait_ready "$(now)" >/dev/null
-QUEUES=$(((JOBS + 99) / 100 + 64))
-"$BIN" cluster settings --addr "$ADDRS" --set "max_leases=$((LEASES > 2000000 ? LEASES : 2000000))" \
-	--set "max_queues=$((QUEUES > 20000 ? QUEUES : 20000))" --set "queues_per_client=$((QUEUES > 20 ? QUEUES : 20))" >/dev/null
+# Room for the fill's queues (one per 100 jobs and client) and the queue
+# load's (one per 100 cycles, at well under 100,000 cycles a second), never
+# below the defaults.
+QUEUES=$(((JOBS + 99) / 100 + CLIENTS + 1000 * QLOAD))
+"$BIN" cluster settings --addr "$ADDRS" --set "max_leases=$((LEASES > 50000000 ? LEASES : 50000000))" \
+	--set "max_queues=$((QUEUES > 500000 ? QUEUES : 500000))" --set "queues_per_client=$((QUEUES > 20 ? QUEUES : 20))" >/dev/null
 
 echo "filling: $LEASES leases with $CLIENTS clients over $NODES node(s)"
 "${LOAD[@]}" "$BIN" bench --addr "$ADDRS" --workload lease-fill --result-bytes "$RESULT" --clients "$CLIENTS" --count "$LEASES" --duration 600m | tee "$WORK/bench.txt"
@@ -235,6 +238,7 @@ echo "heap_after_restart_mib=$(IFS=,; echo "${heap[*]}") peak_rss_since_restart_
 if [ "$QLOAD" -gt 0 ]; then
 	echo "queue load: 64 clients for $QLOAD s"
 	"${LOAD[@]}" "$BIN" bench --addr "$ADDRS" --workload queue --clients 64 --duration "${QLOAD}s" | tee "$WORK/bench-queue.txt"
+	grep -q ' errors=0 ' "$WORK/bench-queue.txt" || { echo "state-memory: the queue load had errors" >&2; exit 1; }
 	echo "rss_after_queue_load_mib=$(rss VmRSS) peak_rss_since_restart_mib=$(rss VmHWM)"
 fi
 
