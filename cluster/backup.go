@@ -165,7 +165,7 @@ func (n *Node) TakeBackup(ctx context.Context) (*Backup, error) {
 		return nil, fmt.Errorf("take a snapshot: %w", err)
 	}
 	// Hash the snapshot now for the header, and stream it again from the
-	// store when the backup is written (the store retains several), in
+	// store when the backup is written (the store keeps two), in
 	// the state machine's format whatever Raft would send a follower.
 	meta, rc, err := f.Open()
 	if err != nil {

@@ -657,12 +657,19 @@ func openSnapshots(dataDir string, log hclog.Logger, health *storageHealth) (*wa
 	if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create the snapshot directory: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dataDir, 3, log)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dataDir, keptSnapshots, log)
 	if err != nil {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
 	return &watchedSnapshots{SnapshotStore: snaps, health: health, dir: dir}, nil
 }
+
+// keptSnapshots is how many finished snapshots the store keeps: the newest,
+// and one to start from if it is found damaged. As checkpoints of the
+// state store each older one keeps the files compactions have replaced
+// since it was taken, so more would cost disk, up to a copy of the store
+// each.
+const keptSnapshots = 2
 
 // watchedSnapshots is the snapshot store: a snapshot that cannot be
 // created, written or closed is a StorageSnapshots fault, which the next
