@@ -22,10 +22,11 @@
 # enqueues N jobs with --payload-bytes payloads (a queue per 100 jobs),
 # never claimed. --queue-load S runs `holdfast bench --workload queue` with
 # 64 clients for S seconds after the restart and prints resident memory
-# during it; --pin runs every node on CPU 0 and the load tools on CPU 1,
-# as ../shared/bench/compare --pin does. The script prints the peak resident
-# memory of every phase (VmHWM: the most any moment of it used) and the
-# bytes of the data directories against the records' raw bytes.
+# during it; with --pin every node runs on CPU 0 and the load tool on CPU
+# 1 during that load, as ../shared/bench/compare --pin does. The script
+# prints the peak resident memory (VmHWM: the most any moment used) after
+# the fill and since the restart, and the bytes of the data directories
+# against the records' raw bytes.
 #
 # It builds holdfast from this checkout, starts the nodes on 127.0.0.1 with
 # their data in a temporary directory, fills the cluster with `holdfast bench
@@ -58,7 +59,7 @@ while [ $# -gt 0 ]; do
 	--clients) CLIENTS=$2; shift 2 ;;
 	--keep) KEEP=$2; shift 2 ;;
 	--ports) PORTS=$2; shift 2 ;;
-	-h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "state-memory: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -67,9 +68,9 @@ done
 for v in "$RESULT" "$JOBS" "$PAYLOAD" "$QLOAD"; do
 	[[ $v =~ ^[0-9]+$ ]] || { echo "state-memory: --result-bytes, --jobs, --payload-bytes and --queue-load take integers" >&2; exit 2; }
 done
-# Servers on CPU 0 and load tools on CPU 1 with --pin.
-SERVE=() LOAD=()
-if [ "$PIN" -eq 1 ]; then SERVE=(taskset -c 0) LOAD=(taskset -c 1); fi
+# The queue load's tool runs on CPU 1 with --pin (and the nodes on CPU 0).
+QLOAD_TOOL=()
+if [ "$PIN" -eq 1 ]; then QLOAD_TOOL=(taskset -c 1); fi
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${KEEP:-$(mktemp -d)}
@@ -132,7 +133,7 @@ start_node() {
 		done
 		join=(--bootstrap-expect "$NODES" --join "$(IFS=,; echo "${others[*]}")")
 	fi
-	"${SERVE[@]}" "$BIN" serve --node-id "n$i" --data-dir "$WORK/data/n$i" --http-addr "${HTTP[i]}" --raft-addr "${RAFT[i]}" \
+	"$BIN" serve --node-id "n$i" --data-dir "$WORK/data/n$i" --http-addr "${HTTP[i]}" --raft-addr "${RAFT[i]}" \
 		--rate-limit 0 --trailing-logs 1024 --log-level info "${join[@]}" >>"$WORK/n$i.log" 2>&1 &
 	PIDS[i]=$!
 }
@@ -193,10 +194,10 @@ QUEUES=$(((JOBS + 99) / 100 + CLIENTS + 1000 * QLOAD))
 	--set "max_queues=$((QUEUES > 500000 ? QUEUES : 500000))" --set "queues_per_client=$((QUEUES > 20 ? QUEUES : 20))" >/dev/null
 
 echo "filling: $LEASES leases with $CLIENTS clients over $NODES node(s)"
-"${LOAD[@]}" "$BIN" bench --addr "$ADDRS" --workload lease-fill --result-bytes "$RESULT" --clients "$CLIENTS" --count "$LEASES" --duration 600m | tee "$WORK/bench.txt"
+"$BIN" bench --addr "$ADDRS" --workload lease-fill --result-bytes "$RESULT" --clients "$CLIENTS" --count "$LEASES" --duration 600m | tee "$WORK/bench.txt"
 if [ "$JOBS" -gt 0 ]; then
 	echo "filling: $JOBS jobs of $PAYLOAD bytes"
-	"${LOAD[@]}" "$BIN" bench --addr "$ADDRS" --workload enqueue --payload-bytes "$PAYLOAD" --clients "$CLIENTS" --count "$JOBS" --duration 600m | tee -a "$WORK/bench.txt"
+	"$BIN" bench --addr "$ADDRS" --workload enqueue --payload-bytes "$PAYLOAD" --clients "$CLIENTS" --count "$JOBS" --duration 600m | tee -a "$WORK/bench.txt"
 fi
 # Followers apply what the leader committed a moment later.
 for _ in $(seq 1 100); do (check_held "after the fill") 2>/dev/null && break; sleep 0.1; done
@@ -237,7 +238,10 @@ echo "heap_after_restart_mib=$(IFS=,; echo "${heap[*]}") peak_rss_since_restart_
 
 if [ "$QLOAD" -gt 0 ]; then
 	echo "queue load: 64 clients for $QLOAD s"
-	"${LOAD[@]}" "$BIN" bench --addr "$ADDRS" --workload queue --clients 64 --duration "${QLOAD}s" | tee "$WORK/bench-queue.txt"
+	if [ "$PIN" -eq 1 ]; then
+		for p in "${PIDS[@]}"; do taskset -a -p -c 0 "$p" >/dev/null; done
+	fi
+	"${QLOAD_TOOL[@]}" "$BIN" bench --addr "$ADDRS" --workload queue --clients 64 --duration "${QLOAD}s" | tee "$WORK/bench-queue.txt"
 	grep -q ' errors=0 ' "$WORK/bench-queue.txt" || { echo "state-memory: the queue load had errors" >&2; exit 1; }
 	echo "rss_after_queue_load_mib=$(rss VmRSS) peak_rss_since_restart_mib=$(rss VmHWM)"
 fi
@@ -255,7 +259,7 @@ for i in 0 1 2; do [ "$i" -ne "$victim" ] && others+=("${HTTP[i]}"); done
 kill -TERM "${PIDS[victim]}"
 wait "${PIDS[victim]}" 2>/dev/null || true
 rm -rf "$WORK/data/n$victim"
-"${LOAD[@]}" "$BIN" bench --addr "$(IFS=,; echo "${others[*]}")" --workload lease --clients 16 --duration 15s >"$WORK/bench-during-rejoin.txt" 2>&1 &
+"$BIN" bench --addr "$(IFS=,; echo "${others[*]}")" --workload lease --clients 16 --duration 15s >"$WORK/bench-during-rejoin.txt" 2>&1 &
 load=$!
 t=$(now)
 start_node "$victim"
