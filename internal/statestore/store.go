@@ -85,6 +85,7 @@ type Store struct {
 // Open opens the store under root, making an empty one if there is none.
 // A directory left by an Install that a crash interrupted is removed.
 func Open(root string, opts Options) (*Store, error) {
+	limitMallocArenas()
 	opts = opts.withDefaults()
 	if err := atomicfile.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("open state store: %w", err)
