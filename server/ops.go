@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/pprof"
 	"strconv"
@@ -138,8 +139,15 @@ const BackupPath = "/cluster/snapshot"
 // seconds.
 const backupTimeout = 2 * time.Minute
 
+// backupIdle is how long a backup's answer may wait for the client to
+// take its next bytes before the connection is given up.
+const backupIdle = 30 * time.Second
+
 // getBackup answers a consistent snapshot of the replicated state as the
-// leader sees it, in the backup file format (cluster.BackupFormat).
+// leader sees it, in the backup file format (cluster.BackupFormat). The
+// server's write timeout would cut the answer of a large state short (it
+// counts from the request, and reading a state of ten million records
+// twice takes minutes): each write has backupIdle from its start.
 func (s *Server) getBackup(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), max(backupTimeout, s.cfg.RequestTimeout))
 	defer cancel()
@@ -153,12 +161,23 @@ func (s *Server) getBackup(c *gin.Context) {
 	c.Header("X-Holdfast-Backup-Index", strconv.FormatUint(b.Header.Index, 10))
 	c.Header("Content-Type", "application/octet-stream")
 	c.Status(http.StatusOK)
-	if _, err := b.WriteTo(c.Writer); err != nil {
+	if _, err := b.WriteTo(idleWriter{w: c.Writer, rc: http.NewResponseController(c.Writer)}); err != nil {
 		s.log.Warn("sending a backup failed", "error", err)
 		return
 	}
 	s.log.Info("backup sent", "index", b.Header.Index, "bytes", b.Header.Size,
 		"snapshot_seconds", took.Seconds(), "total_seconds", time.Since(start).Seconds())
+}
+
+// idleWriter gives each write backupIdle from its start.
+type idleWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (w idleWriter) Write(p []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(backupIdle))
+	return w.w.Write(p)
 }
 
 func (s *Server) putSettings(c *gin.Context) {

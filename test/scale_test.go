@@ -56,6 +56,7 @@ func stateMemoryScript(t *testing.T, nodes int) {
 		`disk_bytes=` + perNode + ` raw_record_bytes=[1-9]\d*\n`,
 		`snapshot_save_seconds=\d+\.\d\d snapshot_bytes=[1-9]\d*\n`,
 		`backup sent: index=\d+ bytes=[1-9]\d* snapshot_seconds=\S+ total_seconds=\S+\n`,
+		`disk_after_snapshot_bytes=` + perNode + `\n`,
 		`restart_to_ready_seconds=\d+\.\d\d\n`,
 		`restart_to_current_seconds=\d+\.\d\d\n`,
 		`rss_after_restart_mib=` + perNode + `\n`,
