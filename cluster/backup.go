@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -58,9 +59,10 @@ func RestoreFloor(counter uint64, now time.Time) uint64 {
 // Backup is a backup file's content, checked.
 type Backup struct {
 	Header BackupHeader
-	// Snapshot holds the snapshot's bytes of a backup read from a file; a
-	// backup TakeBackup took leaves it nil and streams them from the node's
-	// snapshot store instead, so a large state is never copied in memory.
+	// Snapshot holds the snapshot's bytes of a backup decoded from memory
+	// (DecodeBackup); one TakeBackup took or ReadBackupFile read leaves it
+	// nil and streams them from the node's snapshot store or the file
+	// instead, so a large state is never copied in memory.
 	Snapshot []byte
 	open     func() (io.ReadCloser, error)
 }
@@ -83,14 +85,7 @@ func (b *Backup) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return int64(n), fmt.Errorf("write backup header: %w", err)
 	}
-	if b.open == nil {
-		m, err := w.Write(b.Snapshot)
-		if err != nil {
-			return int64(n + m), fmt.Errorf("write backup snapshot: %w", err)
-		}
-		return int64(n + m), nil
-	}
-	rc, err := b.open()
+	rc, err := b.snapshot()
 	if err != nil {
 		return int64(n), fmt.Errorf("reopen the snapshot: %w", err)
 	}
@@ -110,37 +105,89 @@ func (b *Backup) WriteTo(w io.Writer) (int64, error) {
 // DecodeBackup parses and checks a backup file's bytes: the header, the
 // snapshot's size and SHA-256, and the snapshot's own format and checksum.
 func DecodeBackup(data []byte) (*Backup, fsm.SnapshotSummary, error) {
-	nl := bytes.IndexByte(data[:min(len(data), maxBackupHeader)], '\n')
-	if nl < 0 {
-		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: no header line", ErrBackup)
-	}
-	var h BackupHeader
-	if err := json.Unmarshal(data[:nl], &h); err != nil || h.Format != BackupFormat {
-		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: the header is not a %s header", ErrBackup, BackupFormat)
-	}
-	snap := data[nl+1:]
-	sum := sha256.Sum256(snap)
-	if got := hex.EncodeToString(sum[:]); int64(len(snap)) != h.Size || got != h.SHA256 {
-		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: checksum mismatch: the header gives sha256 %s for %d bytes, the %d bytes that follow it have sha256 %s (the file is truncated or altered)",
-			ErrBackup, h.SHA256, h.Size, len(snap), got)
-	}
-	summary, err := fsm.InspectSnapshot(snap)
+	h, start, summary, err := CheckBackup(bytes.NewReader(data))
 	if err != nil {
-		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: %w", ErrBackup, err)
+		return nil, fsm.SnapshotSummary{}, err
 	}
-	if h.FencingCounter != 0 && h.FencingCounter != summary.FencingCounter {
-		return nil, fsm.SnapshotSummary{}, fmt.Errorf("%w: the header's fencing_counter %d is not the snapshot's %d", ErrBackup, h.FencingCounter, summary.FencingCounter)
-	}
-	return &Backup{Header: h, Snapshot: snap}, summary, nil
+	return &Backup{Header: h, Snapshot: data[start:]}, summary, nil
 }
 
-// ReadBackupFile reads and checks a backup file.
+// CheckBackup reads a backup file's bytes from r as they come and checks
+// them as DecodeBackup does, holding one record of the snapshot at a time.
+// It returns the header, where the snapshot starts (the header line's
+// length) and the summary of the state.
+func CheckBackup(r io.Reader) (BackupHeader, int64, fsm.SnapshotSummary, error) {
+	var none fsm.SnapshotSummary
+	br := bufio.NewReader(r)
+	line, err := br.ReadSlice('\n')
+	if err != nil || len(line) > maxBackupHeader {
+		return BackupHeader{}, 0, none, fmt.Errorf("%w: no header line", ErrBackup)
+	}
+	var h BackupHeader
+	if err := json.Unmarshal(line[:len(line)-1], &h); err != nil || h.Format != BackupFormat {
+		return BackupHeader{}, 0, none, fmt.Errorf("%w: the header is not a %s header", ErrBackup, BackupFormat)
+	}
+	start := int64(len(line))
+	sum := sha256.New()
+	snap := &countingReader{r: io.TeeReader(br, sum)}
+	summary, inspectErr := fsm.InspectSnapshotReader(snap)
+	// A file cut short or altered is said to be so, whatever the
+	// snapshot's own decoding met first: the rest is read for the sum.
+	if _, err := io.Copy(io.Discard, snap); err != nil {
+		return BackupHeader{}, 0, none, fmt.Errorf("read backup: %w", err)
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); snap.n != h.Size || got != h.SHA256 {
+		return BackupHeader{}, 0, none, fmt.Errorf("%w: checksum mismatch: the header gives sha256 %s for %d bytes, the %d bytes that follow it have sha256 %s (the file is truncated or altered)",
+			ErrBackup, h.SHA256, h.Size, snap.n, got)
+	}
+	if inspectErr != nil {
+		return BackupHeader{}, 0, none, fmt.Errorf("%w: %w", ErrBackup, inspectErr)
+	}
+	if h.FencingCounter != 0 && h.FencingCounter != summary.FencingCounter {
+		return BackupHeader{}, 0, none, fmt.Errorf("%w: the header's fencing_counter %d is not the snapshot's %d", ErrBackup, h.FencingCounter, summary.FencingCounter)
+	}
+	return h, start, summary, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// ReadBackupFile reads and checks a backup file as it goes; the backup it
+// returns reads the snapshot from the file again when it is used, so a
+// large state is never held in memory.
 func ReadBackupFile(path string) (*Backup, fsm.SnapshotSummary, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fsm.SnapshotSummary{}, fmt.Errorf("read backup: %w", err)
 	}
-	return DecodeBackup(data)
+	defer f.Close()
+	h, start, summary, err := CheckBackup(f)
+	if err != nil {
+		return nil, fsm.SnapshotSummary{}, err
+	}
+	return &Backup{Header: h, open: func() (io.ReadCloser, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("read backup: %w", err)
+		}
+		return readCloser{Reader: io.NewSectionReader(f, start, h.Size), Closer: f}, nil
+	}}, summary, nil
+}
+
+// snapshot opens the backup's snapshot bytes.
+func (b *Backup) snapshot() (io.ReadCloser, error) {
+	if b.open == nil {
+		return io.NopCloser(bytes.NewReader(b.Snapshot)), nil
+	}
+	return b.open()
 }
 
 // TakeBackup snapshots the replicated state as this leader sees it: it
@@ -237,8 +284,14 @@ func (n *Node) restore(b *Backup) error {
 			return errors.New("restore: the node shut down")
 		}
 	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: b.Header.Index, Term: b.Header.Term, Size: int64(len(b.Snapshot))}
-	if err := n.raft.Restore(meta, bytes.NewReader(b.Snapshot), restoreWait); err != nil {
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: b.Header.Index, Term: b.Header.Term, Size: b.Header.Size}
+	rc, err := b.snapshot()
+	if err != nil {
+		return fmt.Errorf("restore the snapshot: %w", err)
+	}
+	err = n.raft.Restore(meta, rc, restoreWait)
+	_ = rc.Close()
+	if err != nil {
 		return fmt.Errorf("restore the snapshot: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), restoreWait)

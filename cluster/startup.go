@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,14 +134,8 @@ func verifySnapshot(snaps raft.SnapshotStore, id string) error {
 		_, err := readArchive(br, "")
 		return err
 	}
-	b, err := io.ReadAll(br)
-	if err != nil {
-		return fmt.Errorf("read: %w", err)
-	}
-	if _, err := fsm.InspectSnapshot(b); err != nil {
-		return err
-	}
-	return nil
+	_, err = fsm.InspectSnapshotReader(br)
+	return err
 }
 
 // unreadableSnapshots returns the snapshot directories in dir that the

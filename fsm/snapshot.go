@@ -604,8 +604,15 @@ type SnapshotSummary struct {
 // It builds no state: a snapshot of a million leases is summarised in the
 // time it takes to read it.
 func InspectSnapshot(b []byte) (SnapshotSummary, error) {
+	return InspectSnapshotReader(bytes.NewReader(b))
+}
+
+// InspectSnapshotReader is InspectSnapshot of a snapshot read from r as
+// it comes, one record at a time: a snapshot of any size is checked in
+// the memory of its largest record.
+func InspectSnapshotReader(r io.Reader) (SnapshotSummary, error) {
 	var m summarySink
-	if err := decodeSnapshot(b, &m); err != nil {
+	if err := readSnapshot(r, &m); err != nil {
 		return SnapshotSummary{}, err
 	}
 	return m.sum, nil

@@ -27,8 +27,8 @@ func snapshotCommand(args []string, stdout, stderr io.Writer) int {
 	}, args, stdout, stderr)
 }
 
-// maxBackupBytes bounds the backup snapshot save reads into memory.
-const maxBackupBytes = 64 << 30
+// maxBackupBytes bounds the backup snapshot save writes to its file.
+const maxBackupBytes = 1 << 40
 
 // printBackup prints what save and inspect report: the file, the backup's
 // header, the snapshot's summary (the header and the summary share the
@@ -104,23 +104,55 @@ func snapshotSave(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "snapshot save", err)
 	}
 	defer cl.CloseIdle()
-	resp, err := cl.Do(context.Background(), client.Request{Method: http.MethodGet, Path: server.BackupPath, Operator: true, Repeatable: true, MaxBody: maxBackupBytes})
+	// The answer goes to a temporary file beside FILE as it arrives (a
+	// backup can be larger than memory), is checked there, and only then
+	// becomes FILE.
+	var (
+		resp *client.Response
+		b    *cluster.Backup
+		sum  fsm.SnapshotSummary
+		exit = -1
+	)
+	err = atomicfile.WriteFrom(file, func(f *os.File) error {
+		var err error
+		resp, err = cl.Do(context.Background(), client.Request{Method: http.MethodGet, Path: server.BackupPath, Operator: true, Repeatable: true,
+			MaxBody: maxBackupBytes, Into: fileSink{f}})
+		if err != nil {
+			exit = errExit(stderr, "snapshot save", err)
+			return err
+		}
+		if !resp.OK() {
+			exit = printAnswer(io.Discard, stderr, "snapshot save", "", false, resp)
+			return errors.New("refused")
+		}
+		if b, sum, err = cluster.ReadBackupFile(f.Name()); err != nil {
+			fmt.Fprintf(stderr, "holdfast snapshot save: the node's answer: %v\n", err)
+			exit = exitFailed
+		}
+		return err
+	})
+	if exit >= 0 {
+		return exit
+	}
 	if err != nil {
-		return errExit(stderr, "snapshot save", err)
-	}
-	if !resp.OK() {
-		return printAnswer(io.Discard, stderr, "snapshot save", "", false, resp)
-	}
-	b, sum, err := cluster.DecodeBackup(resp.Body)
-	if err != nil {
-		fmt.Fprintf(stderr, "holdfast snapshot save: the node's answer: %v\n", err)
-		return exitFailed
-	}
-	if err := atomicfile.Write(file, resp.Body); err != nil {
 		fmt.Fprintf(stderr, "holdfast snapshot save: %v\n", err)
 		return exitFailed
 	}
 	return printBackup(stdout, file, b, sum)
+}
+
+// fileSink keeps a streamed answer in a file, from its start again when
+// an attempt is repeated.
+type fileSink struct{ f *os.File }
+
+func (s fileSink) Write(p []byte) (int, error) { return s.f.Write(p) }
+
+func (s fileSink) Reset() error {
+	if err := s.f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := s.f.Seek(0, io.SeekStart)
+	return err
 }
 
 func snapshotInspect(args []string, stdout, stderr io.Writer) int {

@@ -15,13 +15,27 @@ import (
 // included, is returned: until Write returns nil nothing may rely on the
 // new content surviving a power loss.
 func Write(path string, data []byte) error {
+	return WriteFrom(path, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// WriteFrom is Write of what fill writes to the temporary file (which it
+// may also read back, or truncate and write again). An error from fill
+// leaves path as it was and is returned as it is.
+func WriteFrom(path string, fill func(f *os.File) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: create a temporary file: %w", path, err)
 	}
 	tmp := f.Name()
-	_, err = f.Write(data)
+	if err := fill(f); err != nil {
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return err
+	}
 	if err == nil {
 		err = f.Sync()
 	}

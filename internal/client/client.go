@@ -240,6 +240,18 @@ type Request struct {
 	// Wait is how long the server may hold the request before answering
 	// (its wait_seconds); it is added to the call's timeout.
 	Wait time.Duration
+	// Into, when set, receives the body of a 200 answer as it arrives
+	// (up to MaxBody bytes), and Response.Body stays empty: for answers
+	// too large to hold in memory. Any other answer is read as usual.
+	Into BodySink
+}
+
+// BodySink receives a streamed answer (Request.Into).
+type BodySink interface {
+	io.Writer
+	// Reset discards what an earlier attempt wrote: an answer cut short is
+	// asked for again, from the start.
+	Reset() error
 }
 
 // Response is a node's answer.
@@ -341,6 +353,9 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		}
 		i := int(c.cur.Load()) % len(c.bases)
 		resp, err := c.send(ctx, c.bases[i], req)
+		if se := (*SinkError)(nil); errors.As(err, &se) {
+			return nil, err
+		}
 		// A read never takes effect; any other request may have, unless it
 		// certainly never reached a node.
 		harmless := err != nil && (neverSent(err) || readOnly(req.Method))
@@ -487,6 +502,23 @@ func (c *Client) send(ctx context.Context, base string, req Request) (*Response,
 	if limit <= 0 {
 		limit = maxBody
 	}
+	if req.Into != nil && resp.StatusCode == http.StatusOK {
+		if err := req.Into.Reset(); err != nil {
+			return nil, &SinkError{fmt.Errorf("keep the answer to %s %s: %w", req.Method, req.Path, err)}
+		}
+		n, err := io.Copy(sinkWriter{req.Into}, io.LimitReader(resp.Body, limit+1))
+		var se *SinkError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("keep the answer to %s %s: %w", req.Method, req.Path, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the answer to %s %s: %w", req.Method, req.Path, err)
+		}
+		if n > limit {
+			return nil, fmt.Errorf("the answer to %s %s is larger than %d bytes", req.Method, req.Path, limit)
+		}
+		return &Response{Status: resp.StatusCode, Header: resp.Header, Addr: base}, nil
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("read the answer to %s %s: %w", req.Method, req.Path, err)
@@ -530,6 +562,24 @@ func (e *plainToTLSError) Error() string {
 }
 
 // unsentError is the failure of an attempt that never wrote its whole request.
+// SinkError is a failure of a Request.Into to keep an answer: asking
+// again cannot mend it, so the call ends with it.
+type SinkError struct{ err error }
+
+func (e *SinkError) Error() string { return e.err.Error() }
+func (e *SinkError) Unwrap() error { return e.err }
+
+// sinkWriter marks its sink's write errors as SinkErrors.
+type sinkWriter struct{ w io.Writer }
+
+func (s sinkWriter) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	if err != nil {
+		err = &SinkError{err}
+	}
+	return n, err
+}
+
 type unsentError struct{ err error }
 
 func (e *unsentError) Error() string { return e.err.Error() }

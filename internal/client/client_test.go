@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/pem"
 	"errors"
@@ -434,5 +435,51 @@ func TestBadAddressIsRefusedUpFront(t *testing.T) {
 		if _, err := New(Config{Addrs: []string{a}}); err != nil {
 			t.Errorf("New(%q): %v", a, err)
 		}
+	}
+}
+
+// bufSink is a BodySink in memory; fail makes its writes fail.
+type bufSink struct {
+	bytes.Buffer
+	resets int
+	fail   error
+}
+
+func (s *bufSink) Write(p []byte) (int, error) {
+	if s.fail != nil {
+		return 0, s.fail
+	}
+	return s.Buffer.Write(p)
+}
+
+func (s *bufSink) Reset() error { s.resets++; s.Buffer.Reset(); return nil }
+
+// TestAnswerIntoASink: a 200 answer streams into Request.Into (from its
+// start, Reset first) and not into Response.Body; an answer over MaxBody
+// is an error; a sink that cannot keep the answer ends the call at once,
+// without asking another node.
+func TestAnswerIntoASink(t *testing.T) {
+	big := strings.Repeat("x", 5<<20)
+	var calls atomic.Int64
+	n := newNode(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		answer(w, http.StatusOK, "", big)
+	})
+	c := mustNew(t, Config{Addrs: []string{n.URL, n.URL}, Timeout: 10 * time.Second})
+	sink := &bufSink{}
+	get := Request{Method: http.MethodGet, Path: "/cluster/snapshot", MaxBody: 6 << 20, Into: sink}
+	resp, err := c.Do(context.Background(), get)
+	if err != nil || len(resp.Body) != 0 || sink.String() != big || sink.resets != 1 {
+		t.Fatalf("into a sink: %v; body %d bytes, sink %d bytes after %d resets", err, len(resp.Body), sink.Len(), sink.resets)
+	}
+	get.MaxBody = 1 << 20
+	if _, err := c.Do(context.Background(), get); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("an answer over MaxBody into a sink: %v", err)
+	}
+	calls.Store(0)
+	get.MaxBody, sink.fail = 6<<20, errors.New("disk full")
+	var se *SinkError
+	if _, err := c.Do(context.Background(), get); !errors.As(err, &se) || calls.Load() != 1 {
+		t.Fatalf("a failing sink: %v after %d calls; want a SinkError after one", err, calls.Load())
 	}
 }
