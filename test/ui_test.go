@@ -168,7 +168,7 @@ func statusPageProblems(page, leaderID, nodeID string, secrets []string) []strin
 			out = append(out, fmt.Sprintf("member %s shows as unreachable: %s", row[1], row[2]))
 		}
 	}
-	for id, want := range map[string]string{"leases": "3", "leases_held": "2", "queues": "1", "jobs_pending": "1", "jobs_claimed": "1", "jobs_completed": "0", "jobs_failed": "0", "max_leases": "2,000,000", "max_queues": "20,000"} {
+	for id, want := range map[string]string{"leases": "3", "leases_held": "2", "queues": "1", "jobs_pending": "1", "jobs_claimed": "1", "jobs_completed": "0", "jobs_failed": "0", "max_leases": "50,000,000", "max_queues": "500,000"} {
 		got := regexp.MustCompile(`<dd id="` + id + `">([^<]*)</dd>`).FindStringSubmatch(page)
 		if got == nil || got[1] != want {
 			out = append(out, fmt.Sprintf("the page shows %s = %q, want %s", id, got, want))
