@@ -128,7 +128,13 @@ func openFaulty(t *testing.T, dir string, seg int64) (*Store, *faultFS, *healthL
 // health reports.
 func openFaultyWith(t *testing.T, dir string, opts Options) (*Store, *faultFS, *healthLog) {
 	t.Helper()
-	fs := &faultFS{}
+	return openOn(t, dir, opts, &faultFS{})
+}
+
+// openOn opens a store with opts over fs, as it is set up before the
+// store's first look at it, recording its health reports.
+func openOn(t *testing.T, dir string, opts Options, fs *faultFS) (*Store, *faultFS, *healthLog) {
+	t.Helper()
 	h := &healthLog{}
 	opts.fs, opts.Health, opts.Manifest = fs, h.report, &memManifest{}
 	s, err := Open(dir, opts)
@@ -147,8 +153,9 @@ func TestFailedWriteIsUndone(t *testing.T) {
 	for name, free := range map[string]int64{"preallocated segment": 0, "growing segment": 1000} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			s, fs, h := openFaulty(t, dir, 0)
-			fs.set(func(fs *faultFS) { fs.free = free })
+			// The free space is set before the open, so the store's first
+			// preparation of a segment already meets it.
+			s, fs, h := openOn(t, dir, Options{}, &faultFS{free: free})
 			if free != 0 {
 				// No room for a zero-filled segment: the first one grows.
 				waitFor(t, func() bool { return errors.Is(s.Err(), ErrNoSpace) })
