@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -59,12 +58,10 @@ func RestoreFloor(counter uint64, now time.Time) uint64 {
 // Backup is a backup file's content, checked.
 type Backup struct {
 	Header BackupHeader
-	// Snapshot holds the snapshot's bytes of a backup decoded from memory
-	// (DecodeBackup); one TakeBackup took or ReadBackupFile read leaves it
-	// nil and streams them from the node's snapshot store or the file
-	// instead, so a large state is never copied in memory.
-	Snapshot []byte
-	open     func() (io.ReadCloser, error)
+	// open reads the snapshot's bytes: from the node's snapshot store for
+	// one TakeBackup took, from the file for one ReadBackupFile read, so a
+	// large state is never copied in memory.
+	open func() (io.ReadCloser, error)
 }
 
 // ErrBackup is wrapped by every error about a malformed backup.
@@ -85,7 +82,7 @@ func (b *Backup) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return int64(n), fmt.Errorf("write backup header: %w", err)
 	}
-	rc, err := b.snapshot()
+	rc, err := b.open()
 	if err != nil {
 		return int64(n), fmt.Errorf("reopen the snapshot: %w", err)
 	}
@@ -102,18 +99,9 @@ func (b *Backup) WriteTo(w io.Writer) (int64, error) {
 	return int64(n) + m, nil
 }
 
-// DecodeBackup parses and checks a backup file's bytes: the header, the
-// snapshot's size and SHA-256, and the snapshot's own format and checksum.
-func DecodeBackup(data []byte) (*Backup, fsm.SnapshotSummary, error) {
-	h, start, summary, err := CheckBackup(bytes.NewReader(data))
-	if err != nil {
-		return nil, fsm.SnapshotSummary{}, err
-	}
-	return &Backup{Header: h, Snapshot: data[start:]}, summary, nil
-}
-
 // CheckBackup reads a backup file's bytes from r as they come and checks
-// them as DecodeBackup does, holding one record of the snapshot at a time.
+// them, holding one record of the snapshot at a time: the header, the
+// snapshot's size and SHA-256, and the snapshot's own format and checksum.
 // It returns the header, where the snapshot starts (the header line's
 // length) and the summary of the state.
 func CheckBackup(r io.Reader) (BackupHeader, int64, fsm.SnapshotSummary, error) {
@@ -128,17 +116,17 @@ func CheckBackup(r io.Reader) (BackupHeader, int64, fsm.SnapshotSummary, error) 
 		return BackupHeader{}, 0, none, fmt.Errorf("%w: the header is not a %s header", ErrBackup, BackupFormat)
 	}
 	start := int64(len(line))
-	sum := sha256.New()
-	snap := &countingReader{r: io.TeeReader(br, sum)}
+	sum, n := sha256.New(), &countingWriter{}
+	snap := io.TeeReader(br, io.MultiWriter(sum, n))
 	summary, inspectErr := fsm.InspectSnapshotReader(snap)
 	// A file cut short or altered is said to be so, whatever the
 	// snapshot's own decoding met first: the rest is read for the sum.
 	if _, err := io.Copy(io.Discard, snap); err != nil {
 		return BackupHeader{}, 0, none, fmt.Errorf("read backup: %w", err)
 	}
-	if got := hex.EncodeToString(sum.Sum(nil)); snap.n != h.Size || got != h.SHA256 {
+	if got := hex.EncodeToString(sum.Sum(nil)); n.n != h.Size || got != h.SHA256 {
 		return BackupHeader{}, 0, none, fmt.Errorf("%w: checksum mismatch: the header gives sha256 %s for %d bytes, the %d bytes that follow it have sha256 %s (the file is truncated or altered)",
-			ErrBackup, h.SHA256, h.Size, snap.n, got)
+			ErrBackup, h.SHA256, h.Size, n.n, got)
 	}
 	if inspectErr != nil {
 		return BackupHeader{}, 0, none, fmt.Errorf("%w: %w", ErrBackup, inspectErr)
@@ -147,17 +135,6 @@ func CheckBackup(r io.Reader) (BackupHeader, int64, fsm.SnapshotSummary, error) 
 		return BackupHeader{}, 0, none, fmt.Errorf("%w: the header's fencing_counter %d is not the snapshot's %d", ErrBackup, h.FencingCounter, summary.FencingCounter)
 	}
 	return h, start, summary, nil
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // ReadBackupFile reads and checks a backup file as it goes; the backup it
@@ -180,14 +157,6 @@ func ReadBackupFile(path string) (*Backup, fsm.SnapshotSummary, error) {
 		}
 		return readCloser{Reader: io.NewSectionReader(f, start, h.Size), Closer: f}, nil
 	}}, summary, nil
-}
-
-// snapshot opens the backup's snapshot bytes.
-func (b *Backup) snapshot() (io.ReadCloser, error) {
-	if b.open == nil {
-		return io.NopCloser(bytes.NewReader(b.Snapshot)), nil
-	}
-	return b.open()
 }
 
 // TakeBackup snapshots the replicated state as this leader sees it: it
@@ -219,10 +188,7 @@ func (n *Node) TakeBackup(ctx context.Context) (*Backup, error) {
 		return nil, fmt.Errorf("open the snapshot: %w", err)
 	}
 	_ = rc.Close()
-	open := func() (io.ReadCloser, error) {
-		_, rc, err := openEncoded(n.snaps, meta.ID)
-		return rc, err
-	}
+	open := func() (io.ReadCloser, error) { return openForBackup(n.snaps, meta.ID) }
 	if rc, err = open(); err != nil {
 		return nil, fmt.Errorf("open the snapshot: %w", err)
 	}
@@ -285,7 +251,7 @@ func (n *Node) restore(b *Backup) error {
 		}
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: b.Header.Index, Term: b.Header.Term, Size: b.Header.Size}
-	rc, err := b.snapshot()
+	rc, err := b.open()
 	if err != nil {
 		return fmt.Errorf("restore the snapshot: %w", err)
 	}

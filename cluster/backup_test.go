@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,10 +18,17 @@ import (
 	"github.com/holdfast/holdfast/internal/secret"
 )
 
+// backupOf is a backup of the snapshot bytes snap, with its header's
+// size and checksum, held in memory.
+func backupOf(h BackupHeader, snap []byte) *Backup {
+	sum := sha256.Sum256(snap)
+	h.Format, h.Size, h.SHA256 = BackupFormat, int64(len(snap)), hex.EncodeToString(sum[:])
+	return &Backup{Header: h, open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(snap)), nil }}
+}
+
 func TestBackupFileRoundTripAndDamage(t *testing.T) {
 	snap := fsm.New().SnapshotBytes()
-	sum := sha256.Sum256(snap)
-	b := &Backup{Header: BackupHeader{Format: BackupFormat, Index: 7, Term: 2, Size: int64(len(snap)), SHA256: hex.EncodeToString(sum[:]), NodeID: "n1"}, Snapshot: snap}
+	b := backupOf(BackupHeader{Index: 7, Term: 2, NodeID: "n1"}, snap)
 	var buf bytes.Buffer
 	if _, err := b.WriteTo(&buf); err != nil {
 		t.Fatal(err)
@@ -48,9 +56,6 @@ func TestBackupFileRoundTripAndDamage(t *testing.T) {
 		"altered":      flipped,
 		"empty":        nil,
 	} {
-		if _, _, err := DecodeBackup(bad); !errors.Is(err, ErrBackup) {
-			t.Errorf("%s: DecodeBackup = %v, want ErrBackup", name, err)
-		}
 		p := filepath.Join(t.TempDir(), "bad.backup")
 		if err := os.WriteFile(p, bad, 0o600); err != nil {
 			t.Fatal(err)
@@ -78,12 +83,9 @@ func TestRestoredNodeStartsAtItsBuildLevel(t *testing.T) {
 			}
 			old.ApplyCommand(&fsm.LeaseAcquire{Now: now, Lease: secret.LeaseID("ns", "held"), Fingerprint: secret.FingerprintHash("ns", "held", ""),
 				Owner: secret.OwnerTokenHash("A"), TTLSeconds: 3600})
-			snap := old.SnapshotBytes()
-			sum := sha256.Sum256(snap)
 			cfg := testConfig(t, "restored", t.TempDir(), true)
 			cfg.LevelSettle = time.Hour
-			cfg.Restore = &Backup{Header: BackupHeader{Format: BackupFormat, Index: 40, Term: 3, Size: int64(len(snap)),
-				SHA256: hex.EncodeToString(sum[:]), NodeID: "old"}, Snapshot: snap}
+			cfg.Restore = backupOf(BackupHeader{Index: 40, Term: 3, NodeID: "old"}, old.SnapshotBytes())
 			n := open(t, cfg)
 			if got := n.fsm.Level(); got != fsm.BuildLevel {
 				t.Fatalf("restored at level %d, want %d", got, fsm.BuildLevel)

@@ -215,7 +215,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // openEncoded reads it; any other is read as the file store keeps it.
 func (s *watchedSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	if s.level == nil || s.level() < ArchiveLevel {
-		return s.openEncoded(id)
+		return s.openEncoded(id, true)
 	}
 	meta, rc, applied, ok, err := s.openMarked(id)
 	if err != nil || !ok {
@@ -238,9 +238,11 @@ func (s *watchedSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, e
 
 // openEncoded opens snapshot id in the state machine's format, the format
 // of backups: one kept as a checkpoint is encoded from the checkpoint as
-// it is read, with its size in that format; one kept in that format is
-// read as the file store keeps it.
-func (s *watchedSnapshots) openEncoded(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+// it is read; one kept in that format is read as the file store keeps it.
+// With sized, the meta has the size in that format, which costs encoding
+// the state once more first (Raft sends the size before the bytes); a
+// backup counts the bytes as it reads them and needs none (meta.Size 0).
+func (s *watchedSnapshots) openEncoded(id string, sized bool) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, applied, ok, err := s.openMarked(id)
 	if err != nil || !ok {
 		return meta, rc, err
@@ -254,13 +256,14 @@ func (s *watchedSnapshots) openEncoded(id string) (*raft.SnapshotMeta, io.ReadCl
 		s.frozen.release(id)
 		return nil, nil, fmt.Errorf("open snapshot %s: its checkpoint holds entries up to %d, its marker says %d", id, fz.Applied(), applied)
 	}
-	size, err := s.frozen.size(id, fz)
-	if err != nil {
-		s.frozen.release(id)
-		return nil, nil, fmt.Errorf("open snapshot %s: read its checkpoint: %w", id, err)
-	}
 	m := *meta
-	m.Size = size
+	m.Size = 0
+	if sized {
+		if m.Size, err = s.frozen.size(id, fz); err != nil {
+			s.frozen.release(id)
+			return nil, nil, fmt.Errorf("open snapshot %s: read its checkpoint: %w", id, err)
+		}
+	}
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
@@ -312,13 +315,15 @@ func (s *watchedSnapshots) openChecked(id string) (rc io.ReadCloser, err error) 
 	return nil, nil
 }
 
-// openEncoded opens snapshot id of snaps in the state machine's format:
-// see watchedSnapshots.openEncoded.
-func openEncoded(snaps raft.SnapshotStore, id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+// openForBackup opens snapshot id of snaps in the state machine's format,
+// unsized: see watchedSnapshots.openEncoded.
+func openForBackup(snaps raft.SnapshotStore, id string) (io.ReadCloser, error) {
 	if w, ok := snaps.(*watchedSnapshots); ok {
-		return w.openEncoded(id)
+		_, rc, err := w.openEncoded(id, false)
+		return rc, err
 	}
-	return snaps.Open(id)
+	_, rc, err := snaps.Open(id)
+	return rc, err
 }
 
 // openState opens snapshot id of snaps for a check: see openChecked.

@@ -15,16 +15,16 @@ import (
 	"github.com/holdfast/holdfast/internal/statestore"
 )
 
-// newestSnapshot returns the newest snapshot's meta and its state in the
-// state machine's format, as the node's snapshot store reads it for a
-// backup.
+// newestSnapshot returns the newest snapshot's meta, with its size, and
+// its state in the state machine's format, as the node's snapshot store
+// reads it for a follower below ArchiveLevel.
 func newestSnapshot(t *testing.T, n *Node) (*raft.SnapshotMeta, []byte) {
 	t.Helper()
 	metas, err := n.snaps.List()
 	if err != nil || len(metas) == 0 {
 		t.Fatalf("list snapshots: %v %v", metas, err)
 	}
-	meta, rc, err := openEncoded(n.snaps, metas[0].ID)
+	meta, rc, err := n.snaps.(*watchedSnapshots).openEncoded(metas[0].ID, true)
 	if err != nil {
 		t.Fatalf("open snapshot %s: %v", metas[0].ID, err)
 	}
@@ -81,6 +81,15 @@ func TestSnapshotsAreCheckpointsFromTheirLevel(t *testing.T) {
 			}
 			if err := verifySnapshot(n.snaps, meta.ID); err != nil {
 				t.Fatalf("verify the snapshot: %v", err)
+			}
+			brc, err := openForBackup(n.snaps, meta.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			backup, err := io.ReadAll(brc)
+			_ = brc.Close()
+			if err != nil || !bytes.Equal(backup, got) {
+				t.Fatalf("a backup reads the snapshot as %d bytes (%v), not as the state machine's %d", len(backup), err, len(got))
 			}
 			rmeta, rc, err := n.snaps.Open(meta.ID)
 			if err != nil {

@@ -20,6 +20,5 @@ import "C"
 // environment sets MALLOC_ARENA_MAX. Pebble allocates its block cache and
 // memtables with C malloc when cgo is on, from whichever thread runs the
 // goroutine, and glibc gives threads arenas of their own (up to eight per
-// CPU) whose freed memory the others cannot reuse: at ten million records
-// that kept over 500 MiB resident for a 128 MiB cache.
+// CPU) whose freed memory the others cannot reuse, so it stays resident.
 func limitMallocArenas() { C.holdfast_limit_arenas() }

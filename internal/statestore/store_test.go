@@ -190,14 +190,22 @@ func commit(t *testing.T, s *Store, index uint64, kv ...string) {
 	}
 }
 
-func TestInstallReplacesTheStore(t *testing.T) {
+// checkpointOf makes a store holding kv at index and returns the
+// directory of its checkpoint.
+func checkpointOf(t *testing.T, index uint64, kv ...string) string {
+	t.Helper()
 	src := openT(t, t.TempDir())
-	commit(t, src, 40, "new", "yes")
+	defer src.Close()
+	commit(t, src, index, kv...)
 	cp := filepath.Join(t.TempDir(), "cp")
 	if err := src.Checkpoint(cp); err != nil {
 		t.Fatal(err)
 	}
-	src.Close()
+	return cp
+}
+
+func TestInstallReplacesTheStore(t *testing.T) {
+	cp := checkpointOf(t, 40, "new", "yes")
 
 	root := t.TempDir()
 	s := openT(t, root)
@@ -227,13 +235,7 @@ func TestInstallReplacesTheStore(t *testing.T) {
 // check passes; a failed check keeps the old contents and leaves no
 // directory behind.
 func TestReplaceFilesChecksBeforeInstalling(t *testing.T) {
-	src := openT(t, t.TempDir())
-	commit(t, src, 40, "new", "yes")
-	cp := filepath.Join(t.TempDir(), "cp")
-	if err := src.Checkpoint(cp); err != nil {
-		t.Fatal(err)
-	}
-	src.Close()
+	cp := checkpointOf(t, 40, "new", "yes")
 
 	root := t.TempDir()
 	s := openT(t, root)
