@@ -373,6 +373,9 @@ func snapshotInstallCatchUp(t *testing.T, speak *uint32, magic string) {
 		idx, _ := strconv.ParseUint(leader.raft.Stats()["last_snapshot_index"], 10, 64)
 		return idx > stoppedAt+16
 	})
+	// The follower takes no snapshot of its own, so the one it keeps is
+	// the one it was sent.
+	cfgs[fi].SnapshotThreshold, cfgs[fi].SnapshotInterval = 1<<30, time.Hour
 	restarted := open(t, cfgs[fi])
 	nodes[fi] = restarted
 	waitConverged(t, nodes...)
