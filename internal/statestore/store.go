@@ -75,9 +75,9 @@ func (o Options) withDefaults() Options {
 // goroutine, but batches are committed by one writer.
 type Store struct {
 	root    string
-	name    string // the live database's directory, under root
 	opts    Options
-	db      *pebble.DB
+	live    atomic.Pointer[database]
+	closed  atomic.Bool
 	applied atomic.Uint64 // as of the last commit or open
 	spare   atomic.Pointer[batchBufs]
 }
@@ -100,13 +100,16 @@ func Open(root string, opts Options) (*Store, error) {
 	if err := removeOthers(root, name, fresh); err != nil {
 		return nil, err
 	}
-	s := &Store{root: root, name: name, opts: opts}
+	s := &Store{root: root, opts: opts}
 	if fresh {
-		return s, s.create()
+		return s, s.create(name)
 	}
-	if err := s.open(false); err != nil {
+	d, applied, err := s.open(name, false)
+	if err != nil {
 		return nil, err
 	}
+	s.live.Store(d)
+	s.applied.Store(applied)
 	return s, nil
 }
 
@@ -115,28 +118,32 @@ func Open(root string, opts Options) (*Store, error) {
 // ever committed to it, since Open returns only after CURRENT is written,
 // so one that pebble cannot open (a power loss took part of what it was
 // writing) is made again.
-func (s *Store) create() error {
-	if err := s.open(true); err != nil {
-		s.opts.Logger.Warn("state store: remaking a first database whose creation was interrupted", "dir", s.Dir(), "error", err)
-		if rerr := os.RemoveAll(s.Dir()); rerr != nil {
-			return errors.Join(err, fmt.Errorf("open state store: remove %s: %w", s.Dir(), rerr))
+func (s *Store) create(name string) error {
+	dir := filepath.Join(s.root, name)
+	d, applied, err := s.open(name, true)
+	if err != nil {
+		s.opts.Logger.Warn("state store: remaking a first database whose creation was interrupted", "dir", dir, "error", err)
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			return errors.Join(err, fmt.Errorf("open state store: remove %s: %w", dir, rerr))
 		}
-		if err := s.open(true); err != nil {
+		if d, applied, err = s.open(name, true); err != nil {
 			return err
 		}
 	}
-	if a := s.applied.Load(); a != 0 {
-		_ = s.db.Close()
-		return fmt.Errorf("open state store: %s holds a database at index %d but no %s", s.root, a, currentFile)
+	if applied != 0 {
+		err = fmt.Errorf("open state store: %s holds a database at index %d but no %s", s.root, applied, currentFile)
 	}
-	if err := atomicfile.SyncDir(s.root); err != nil {
-		_ = s.db.Close()
+	if err == nil {
+		err = atomicfile.SyncDir(s.root)
+	}
+	if err == nil {
+		err = atomicfile.Write(filepath.Join(s.root, currentFile), []byte(name+"\n"))
+	}
+	if err != nil {
+		_ = d.Close()
 		return fmt.Errorf("open state store: %w", err)
 	}
-	if err := atomicfile.Write(filepath.Join(s.root, currentFile), []byte(s.name+"\n")); err != nil {
-		_ = s.db.Close()
-		return fmt.Errorf("open state store: %w", err)
-	}
+	s.live.Store(d)
 	return nil
 }
 
@@ -193,27 +200,25 @@ func removeOthers(root, live string, fresh bool) error {
 	return nil
 }
 
-// open opens the live database, making it only if create is set, and
-// reads its applied index.
-func (s *Store) open(create bool) error {
+// open opens the database in the directory name, making it only if
+// create is set, and reads its applied index.
+func (s *Store) open(name string, create bool) (*database, uint64, error) {
 	cache := pebble.NewCache(s.opts.CacheBytes)
 	defer cache.Unref()
-	dir := filepath.Join(s.root, s.name)
+	dir := filepath.Join(s.root, name)
 	o := pebbleOptions(s.opts)
 	o.Cache = cache
 	o.ErrorIfNotExists = !create
 	db, err := pebble.Open(dir, o)
 	if err != nil {
-		return fmt.Errorf("open state store %s: %w", dir, err)
+		return nil, 0, fmt.Errorf("open state store %s: %w", dir, err)
 	}
 	applied, _, err := readApplied(db)
 	if err != nil {
 		_ = db.Close()
-		return fmt.Errorf("open state store %s: %w", dir, err)
+		return nil, 0, fmt.Errorf("open state store %s: %w", dir, err)
 	}
-	s.db = db
-	s.applied.Store(applied)
-	return nil
+	return newDatabase(db, name), applied, nil
 }
 
 // readApplied reads the applied index a database records (ok false, and
@@ -258,26 +263,37 @@ func pebbleOptions(opts Options) *pebble.Options {
 }
 
 // Dir is the live database's directory.
-func (s *Store) Dir() string { return filepath.Join(s.root, s.name) }
+func (s *Store) Dir() string { return filepath.Join(s.root, s.live.Load().name) }
 
 // Applied is the index of the last log entry whose batch was committed,
 // or after Open, the last one that was durable.
 func (s *Store) Applied() uint64 { return s.applied.Load() }
 
 // Get returns a copy of the committed value of key.
-func (s *Store) Get(key []byte) ([]byte, bool, error) {
-	return get(s.db, key)
+func (s *Store) Get(key []byte) (v []byte, ok bool, err error) {
+	err = s.with(func(d *database) error {
+		v, ok, err = get(d, key)
+		return err
+	})
+	return v, ok, err
 }
 
 // Scan calls fn for each committed key in [lower, upper) in order, until
 // fn returns false. The slices are valid only during the call.
 func (s *Store) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
-	return scan(s.db, lower, upper, fn)
+	return s.with(func(d *database) error { return scan(d, lower, upper, fn) })
 }
 
 // Flush makes every committed batch durable.
 func (s *Store) Flush() error {
-	if err := s.db.Flush(); err != nil {
+	return s.with(flush)
+}
+
+// flushLive flushes the live database, closed or not (for Close).
+func (s *Store) flushLive() error { return flush(s.live.Load()) }
+
+func flush(d *database) error {
+	if err := d.Flush(); err != nil {
 		return fmt.Errorf("flush state store: %w", err)
 	}
 	return nil
@@ -288,7 +304,11 @@ func (s *Store) Flush() error {
 // the memtable that holds them aside for flushing, so a caller that must
 // not block writers (the state machine's snapshot) can wait elsewhere.
 func (s *Store) StartFlush() (<-chan struct{}, error) {
-	ch, err := s.db.AsyncFlush()
+	var ch <-chan struct{}
+	err := s.with(func(d *database) (err error) {
+		ch, err = d.AsyncFlush()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("flush state store: %w", err)
 	}
@@ -310,7 +330,7 @@ func (s *Store) Checkpoint(dir string) error {
 // was durable when it was taken (every batch up to some index, the one
 // its Applied says), none of what was committed but not yet flushed.
 func (s *Store) CheckpointFlushed(dir string) error {
-	if err := s.db.Checkpoint(dir); err != nil {
+	if err := s.with(func(d *database) error { return d.Checkpoint(dir) }); err != nil {
 		return fmt.Errorf("checkpoint state store to %s: %w", dir, err)
 	}
 	if err := syncTree(dir); err != nil {
@@ -390,7 +410,9 @@ func (s *Store) InstallDir() (string, error) {
 // InstallDir and filled by the caller (a checkpoint's files). It syncs
 // dir's files, moves dir in as the next database and writes CURRENT anew,
 // so a crash at any moment leaves the old database or the new one whole.
-// The store stays open on whichever is live when Install returns.
+// The store stays open on whichever is live when Install returns. Views
+// of the old database go on reading it: it is closed and removed when the
+// last of them is closed.
 func (s *Store) Install(dir string) error {
 	if filepath.Dir(filepath.Clean(dir)) != filepath.Clean(s.root) || !strings.HasPrefix(filepath.Base(dir), installPrefix) {
 		return fmt.Errorf("state store: install %s: not a directory from InstallDir", dir)
@@ -398,7 +420,11 @@ func (s *Store) Install(dir string) error {
 	if err := syncTree(dir); err != nil {
 		return fmt.Errorf("state store: install %s: %w", dir, err)
 	}
-	n, _ := storeNumber(s.name)
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	old := s.live.Load()
+	n, _ := storeNumber(old.name)
 	next := storeName(n + 1)
 	if err := os.Rename(dir, filepath.Join(s.root, next)); err != nil {
 		return fmt.Errorf("state store: install %s: %w", dir, err)
@@ -406,26 +432,21 @@ func (s *Store) Install(dir string) error {
 	if err := atomicfile.SyncDir(s.root); err != nil {
 		return fmt.Errorf("state store: install %s: %w", dir, err)
 	}
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("state store: install: close the old database: %w", err)
-	}
-	old := s.name
 	if err := atomicfile.Write(filepath.Join(s.root, currentFile), []byte(next+"\n")); err != nil {
 		// CURRENT may or may not have changed on disk; the old database
-		// is intact either way, and so is the new one.
-		if oerr := s.open(false); oerr != nil {
-			return errors.Join(fmt.Errorf("state store: install: %w", err), oerr)
-		}
+		// is intact either way, and so is the new one. The old one stays
+		// live until the next start, which opens the one CURRENT names.
 		return fmt.Errorf("state store: install: %w", err)
 	}
-	s.name = next
-	if err := s.open(false); err != nil {
+	d, applied, err := s.open(next, false)
+	if err != nil {
 		return fmt.Errorf("state store: install: %w", err)
 	}
-	if err := os.RemoveAll(filepath.Join(s.root, old)); err != nil {
-		return fmt.Errorf("state store: install: remove the old database: %w", err)
-	}
-	return atomicfile.SyncDir(s.root)
+	s.live.Store(d)
+	s.applied.Store(applied)
+	old.replaced.Store(true)
+	_ = s.release(old) // the new database is live: a failure here is only logged
+	return nil
 }
 
 // ReplaceFiles makes the store hold the database whose files fill writes
@@ -466,9 +487,15 @@ func checkFrozen(dir string, check func(*Frozen) error) error {
 }
 
 // Close flushes the store, so that a restart replays nothing, and closes it.
+// Views still open keep the database open until they are closed. A second
+// Close does nothing.
 func (s *Store) Close() error {
-	ferr := s.Flush()
-	if err := s.db.Close(); err != nil {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	ferr := s.flushLive()
+	d := s.live.Load()
+	if err := s.release(d); err != nil {
 		return errors.Join(ferr, fmt.Errorf("close state store: %w", err))
 	}
 	return ferr
@@ -567,11 +594,16 @@ func (b *Batch) Commit(index uint64) error {
 	}
 	// Stable, so that of two writes of a key the later stays later.
 	slices.SortStableFunc(b.ops, func(x, y batchOp) int { return bytes.Compare(b.key(x), b.key(y)) })
-	pb := b.s.db.NewBatchWithSize(len(b.buf) + len(b.ops)*16 + 32)
+	d, err := b.s.acquire()
+	if err != nil {
+		return fmt.Errorf("state store: commit: %w", err)
+	}
+	defer func() { _ = b.s.release(d) }()
+	pb := d.NewBatchWithSize(len(b.buf) + len(b.ops)*16 + 32)
 	defer pb.Close()
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], index)
-	err := pb.Set(appliedKey, v[:], nil) // the first key of all
+	err = pb.Set(appliedKey, v[:], nil) // the first key of all
 	for i, op := range b.ops {
 		if err != nil {
 			break
@@ -602,19 +634,29 @@ func (b *Batch) Discard() { b.done() }
 type View struct {
 	reads
 	snap *pebble.Snapshot
+	s    *Store
+	d    *database
 }
 
 // View returns a view of the state as committed now, which later commits
 // do not change. Close it when done: until then pebble keeps what it
 // needs.
 func (s *Store) View() (*View, error) {
-	snap := s.db.NewSnapshot()
-	return &View{reads: reads{snap}, snap: snap}, nil
+	d, err := s.acquire()
+	if err != nil {
+		return nil, err
+	}
+	snap := d.NewSnapshot()
+	return &View{reads: reads{snap}, snap: snap, s: s, d: d}, nil
 }
 
 // Close releases the view.
 func (v *View) Close() error {
-	if err := v.snap.Close(); err != nil {
+	err := v.snap.Close()
+	if rerr := v.s.release(v.d); err == nil {
+		err = rerr
+	}
+	if err != nil {
 		return fmt.Errorf("state store: close a view: %w", err)
 	}
 	return nil
@@ -809,4 +851,9 @@ func tableBytes(tables []pebble.TableInfo) uint64 {
 
 // Metrics are pebble's figures for the live database: its levels, the
 // bytes flushed and compacted, its caches.
-func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
+func (s *Store) Metrics() (m *pebble.Metrics) {
+	if s.with(func(d *database) error { m = d.Metrics(); return nil }) != nil {
+		return &pebble.Metrics{}
+	}
+	return m
+}

@@ -543,7 +543,7 @@ func TestFlushesAndCompactionsAreLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.db.Compact(context.Background(), []byte("a"), []byte("z"), true); err != nil {
+	if err := s.live.Load().Compact(context.Background(), []byte("a"), []byte("z"), true); err != nil {
 		t.Fatal(err)
 	}
 	out := logs.String()
@@ -554,5 +554,118 @@ func TestFlushesAndCompactionsAreLogged(t *testing.T) {
 	}
 	if strings.Contains(out, secretKey) {
 		t.Errorf("a key is in the store's log:\n%s", out)
+	}
+}
+
+// TestAViewOutlivesAnInstall: a view taken before an install (a backup or
+// a key filter build reading while a snapshot is installed) goes on
+// reading the old database, which is closed and removed only when the
+// last view of it is closed; the install itself neither waits for it nor
+// fails.
+func TestAViewOutlivesAnInstall(t *testing.T) {
+	cp := checkpointOf(t, 40, "new", "yes")
+
+	root := t.TempDir()
+	s := openT(t, root)
+	defer s.Close()
+	commit(t, s, 90, "old", "yes", "older", "yes")
+	v, err := s.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A scan in progress across the install.
+	inScan, resume := make(chan struct{}), make(chan struct{})
+	scanned := make(chan string, 1)
+	go func() {
+		var got []string
+		first := true
+		err := v.Scan([]byte("a"), []byte("z"), func(k, _ []byte) bool {
+			if first {
+				first = false
+				close(inScan)
+				<-resume
+			}
+			got = append(got, string(k))
+			return true
+		})
+		scanned <- fmt.Sprint(got, err)
+	}()
+	<-inScan
+	installFrom(t, s, cp)
+	close(resume)
+	if got, want := <-scanned, "[old older] <nil>"; got != want {
+		t.Fatalf("the scan across the install read %s, want %s", got, want)
+	}
+	if got, _ := mustGet(t, v.Get, "old"); got != "yes" {
+		t.Fatalf("the view reads old = %q after the install, want yes", got)
+	}
+	if got, want := fmt.Sprint(keys(t, s.Scan, "a", "z")), "[new=yes]"; got != want {
+		t.Fatalf("after install the store holds %s, want %s", got, want)
+	}
+	if got := dirNames(t, root); got != "[CURRENT store-000001 store-000002]" {
+		t.Fatalf("with a view of the old database open the root holds %s", got)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dirNames(t, root); got != "[CURRENT store-000002]" {
+		t.Fatalf("after the last view of the old database closed the root holds %s", got)
+	}
+}
+
+// TestReadsRaceInstalls: views, gets and scans taken while installs
+// replace the database each read one whole database or the other, never
+// a closed one, and every replaced database is gone once its readers are.
+func TestReadsRaceInstalls(t *testing.T) {
+	cps := []string{checkpointOf(t, 40, "k", "a"), checkpointOf(t, 41, "k", "b")}
+	root := t.TempDir()
+	s := openT(t, root)
+	defer s.Close()
+	commit(t, s, 1, "k", "0")
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	for r := 0; r < 2; r++ {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				v, err := s.View()
+				if err != nil {
+					errs <- err
+					return
+				}
+				n := 0
+				err = v.Scan([]byte("a"), []byte("z"), func(_, _ []byte) bool { n++; return true })
+				if cerr := v.Close(); err == nil {
+					err = cerr
+				}
+				if _, ok, gerr := s.Get([]byte("k")); err == nil && (gerr != nil || !ok) {
+					err = fmt.Errorf("get k: %v, found %v", gerr, ok)
+				}
+				if err == nil && n != 1 {
+					err = fmt.Errorf("a view held %d keys, want 1", n)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 20; i++ {
+		installFrom(t, s, cps[i%2])
+	}
+	close(stop)
+	for r := 0; r < 2; r++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := dirNames(t, root); got != "[CURRENT store-000021]" {
+		t.Fatalf("after the installs and their readers the root holds %s", got)
 	}
 }
