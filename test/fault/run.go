@@ -680,6 +680,19 @@ type Result struct {
 	Outcome string
 }
 
+// detailLines formats what made a scenario fail (its details, then the
+// nemesis's notes), one FAULT-DETAIL line per line of text, so a log
+// filtered for results keeps the reason with the row.
+func (res *Result) detailLines() string {
+	var b strings.Builder
+	for _, d := range append(append([]string(nil), res.Details...), res.Notes...) {
+		for _, line := range strings.Split(d, "\n") {
+			fmt.Fprintf(&b, "FAULT-DETAIL %s: %s\n", res.Scenario, line)
+		}
+	}
+	return b.String()
+}
+
 // Availability is the fraction of operations invoked during a fault that
 // got a definite answer, or NaN without any.
 func (res *Result) Availability() float64 {

@@ -199,6 +199,9 @@ func (s *suite) runScenarios(t *testing.T, scs []Scenario) {
 			if res != nil {
 				s.addRow(res)
 				fmt.Printf("FAULT-RESULT %s\n", res.Row())
+				if res.Outcome == "FAILED" || res.Outcome == "NOT DETECTED" {
+					fmt.Print(res.detailLines())
+				}
 			}
 		})
 	}
