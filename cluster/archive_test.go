@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/holdfast/holdfast/fsm"
 )
 
 // archiveOf writes files into a new directory and returns their archive.
@@ -145,5 +147,64 @@ func TestReceivedStoreFilesReplaceTheState(t *testing.T) {
 	}
 	if n.fsm.StateHash() != atSnapshot {
 		t.Fatal("the installed store files do not hold the snapshot's state")
+	}
+}
+
+// memSink is a snapshot sink in memory, holding no checkpoint: what
+// persists into it is written in the state machine's format.
+type memSink struct{ bytes.Buffer }
+
+func (s *memSink) ID() string    { return "mem" }
+func (s *memSink) Cancel() error { return nil }
+func (s *memSink) Close() error  { return nil }
+
+// TestASnapshotTakenBeforeAnInstallPersistsItsOwnState: Raft may persist
+// a snapshot while the node installs one it received (Persist runs beside
+// the state machine's goroutine); the snapshot taken first still writes
+// the state it was taken of, read from the store the install replaced.
+func TestASnapshotTakenBeforeAnInstallPersistsItsOwnState(t *testing.T) {
+	cfg := testConfig(t, "solo", t.TempDir(), true)
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	grantKeys(t, n, 0, 10)
+	if err := n.raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	metas, err := n.snaps.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rc, err := n.snaps.Open(metas[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := io.ReadAll(rc)
+	_ = rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	grantKeys(t, n, 10, 25)
+	d := durableFSM{FSM: n.fsm, state: n.state, log: n.log}
+	taken, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Release()
+	if err := d.Restore(io.NopCloser(bytes.NewReader(archive))); err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := taken.Persist(&sink); err != nil {
+		t.Fatalf("persist a snapshot taken before the install: %v", err)
+	}
+	sum, err := fsm.InspectSnapshot(sink.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Leases != 25 {
+		t.Fatalf("the snapshot taken with 25 leases persisted %d", sum.Leases)
+	}
+	if got := n.fsm.Stats().Leases; got != 10 {
+		t.Fatalf("after the install the state holds %d leases, want 10", got)
 	}
 }
