@@ -54,9 +54,11 @@ func stateMemoryScript(t *testing.T, nodes int) {
 		fill,
 		`rss_after_fill_mib=` + perNode + ` peak_rss_mib=` + perNode + `\n`,
 		`disk_bytes=` + perNode + ` raw_record_bytes=[1-9]\d*\n`,
+		diskParts("disk"),
 		`snapshot_save_seconds=\d+\.\d\d snapshot_bytes=[1-9]\d*\n`,
 		`backup sent: index=\d+ bytes=[1-9]\d* snapshot_seconds=\S+ total_seconds=\S+\n`,
 		`disk_after_snapshot_bytes=` + perNode + `\n`,
+		diskParts("disk_after_snapshot"),
 		`restart_to_ready_seconds=\d+\.\d\d\n`,
 		`restart_to_current_seconds=\d+\.\d\d\n`,
 		`rss_after_restart_mib=` + perNode + `\n`,
@@ -76,4 +78,9 @@ func stateMemoryScript(t *testing.T, nodes int) {
 			t.Errorf("state-memory.sh printed no line matching %q:\n%s", want, out)
 		}
 	}
+}
+
+// diskParts matches the line that breaks the first node's disk down.
+func diskParts(prefix string) string {
+	return prefix + `_store_bytes=[1-9]\d* ` + prefix + `_snapshot_only_bytes=\d+ ` + prefix + `_raft_log_bytes=[1-9]\d* ` + prefix + `_other_bytes=[1-9]\d*\n`
 }

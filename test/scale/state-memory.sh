@@ -16,6 +16,7 @@
 #   bash test/scale/state-memory.sh [--nodes 1|3] [--leases 1000000] [--clients 128] [--keep DIR]
 #                                   [--ports HTTP,RAFT,...] [--result-bytes 0] [--jobs 0]
 #                                   [--payload-bytes 1024] [--queue-load SECONDS] [--pin]
+#                                   [--serve-arg ARG ...]
 #
 # With --result-bytes N every lease is completed with an N-byte JSON result
 # (records of a day of finished work) instead of held; --jobs N then
@@ -23,7 +24,9 @@
 # never claimed. --queue-load S runs `holdfast bench --workload queue` with
 # 64 clients for S seconds after the restart and prints resident memory
 # during it; with --pin every node runs on CPU 0 and the load tool on CPU
-# 1 during that load, as ../shared/bench/compare --pin does. The script
+# 1 during that load, as ../shared/bench/compare --pin does. Each
+# --serve-arg is passed to every node's `holdfast serve` (to measure a
+# setting, e.g. --serve-arg --snapshot-interval=30s). The script
 # prints the peak resident memory (VmHWM: the most any moment used) after
 # the fill and since the restart, and the bytes of the data directories
 # against the records' raw bytes.
@@ -47,6 +50,7 @@ JOBS=0
 PAYLOAD=1024
 QLOAD=0
 PIN=0
+SERVE_ARGS=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--result-bytes) RESULT=$2; shift 2 ;;
@@ -54,12 +58,13 @@ while [ $# -gt 0 ]; do
 	--payload-bytes) PAYLOAD=$2; shift 2 ;;
 	--queue-load) QLOAD=$2; shift 2 ;;
 	--pin) PIN=1; shift ;;
+	--serve-arg) SERVE_ARGS+=("$2"); shift 2 ;;
 	--nodes) NODES=$2; shift 2 ;;
 	--leases) LEASES=$2; shift 2 ;;
 	--clients) CLIENTS=$2; shift 2 ;;
 	--keep) KEEP=$2; shift 2 ;;
 	--ports) PORTS=$2; shift 2 ;;
-	-h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "state-memory: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -134,7 +139,7 @@ start_node() {
 		join=(--bootstrap-expect "$NODES" --join "$(IFS=,; echo "${others[*]}")")
 	fi
 	"$BIN" serve --node-id "n$i" --data-dir "$WORK/data/n$i" --http-addr "${HTTP[i]}" --raft-addr "${RAFT[i]}" \
-		--rate-limit 0 --trailing-logs 1024 --log-level info "${join[@]}" >>"$WORK/n$i.log" 2>&1 &
+		--rate-limit 0 --trailing-logs 1024 --log-level info "${join[@]}" "${SERVE_ARGS[@]}" >>"$WORK/n$i.log" 2>&1 &
 	PIDS[i]=$!
 }
 now() { date +%s.%N; }
@@ -164,6 +169,16 @@ rss() {
 	local p out=()
 	for p in "${PIDS[@]}"; do out+=("$(awk -v k="$1:" '$1 == k { printf "%.0f", $2 / 1024 }' "/proc/$p/status")"); done
 	(IFS=,; echo "${out[*]}")
+}
+# disk_parts prints the first node's data directory by part: the live
+# store, the snapshots' files the store no longer holds (one du counts a
+# hard-linked file once, under the first path that links it), the Raft
+# log, and the rest.
+disk_parts() {
+	local d="$WORK/data/n0" state snaps log all
+	read -r state snaps log < <(du -sb "$d/state" "$d/snapshots" "$d/raft-log" | cut -f1 | tr '\n' ' ')
+	all=$(du -sb "$d" | cut -f1)
+	echo "$1_store_bytes=$state $1_snapshot_only_bytes=$snaps $1_raft_log_bytes=$log $1_other_bytes=$((all - state - snaps - log))"
 }
 # check_held fails unless every node holds at least LEASES lease records
 # and JOBS jobs.
@@ -209,6 +224,7 @@ echo "rss_after_fill_mib=$(rss VmRSS) peak_rss_mib=$(rss VmHWM)"
 # and payload (as test/scale/statefill counts them).
 raw=$((LEASES * (32 + RESULT) + JOBS * (16 + 11 + PAYLOAD)))
 echo "disk_bytes=$(disk) raw_record_bytes=$raw"
+disk_parts disk
 
 t=$(now)
 "$BIN" snapshot save --addr "$ADDRS" --timeout 30m "$WORK/backup.hfsnap" >/dev/null
@@ -220,6 +236,7 @@ echo "rss_after_snapshot_mib=$(rss VmRSS)"
 # Right after a fill the two snapshots kept hold store files compactions
 # have replaced since; the backup's snapshot lets the older ones go.
 echo "disk_after_snapshot_bytes=$(disk)"
+disk_parts disk_after_snapshot
 
 stop_all
 t=$(now)
