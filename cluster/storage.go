@@ -430,7 +430,7 @@ type gatedTransport interface {
 // heartbeats go on beside it; with them held, the followers stop hearing
 // from a leader that cannot make its log durable and elect another. What
 // this node receives is not gated: a new leader's heartbeat makes it a
-// follower even while its append hangs.
+// follower once that append returns (see SetHeartbeatHandler).
 type raftGate struct {
 	gatedTransport
 	refuse func() error
@@ -504,6 +504,17 @@ func (g *raftGate) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args 
 	}
 	return g.gatedTransport.TimeoutNow(id, target, args, resp)
 }
+
+// SetHeartbeatHandler keeps the Raft library from handling heartbeats on
+// the transport's connection goroutines: every request reaches its main
+// loop through Consumer. On that fast path a heartbeat with a newer term
+// sets the term and the node's state beside the main loop, which may be
+// setting them too (hashicorp/raft issue 695): a node could record a
+// newer term and then an older one over it in raft.db while it stored
+// entries of the newer term, and so vote twice in a term after a
+// restart. A heartbeat now waits behind the appends before it, which
+// themselves count as contact from the leader.
+func (g *raftGate) SetHeartbeatHandler(func(raft.RPC)) {}
 
 // Connect passes on to a transport with peers to connect (the in-memory
 // one); the network transport dials by itself and has none.

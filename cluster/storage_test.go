@@ -915,3 +915,58 @@ func TestStallReleasesWaitingProposals(t *testing.T) {
 		t.Errorf("counters %v", c.Proposals)
 	}
 }
+
+// TestHeartbeatsReachTheMainLoop: a heartbeat received over the network
+// transport goes to the consumer (Raft's main loop), never to a handler
+// Raft set on the transport, which would run it beside the main loop
+// (hashicorp/raft issue 695: the term on disk could go back).
+func TestHeartbeatsReachTheMainLoop(t *testing.T) {
+	recv, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &raftGate{gatedTransport: recv, refuse: func() error { return nil }, hold: func() error { return nil }}
+	t.Cleanup(func() {
+		_ = g.Close()
+		_ = send.Close()
+	})
+	fastPath := make(chan struct{}, 1)
+	g.SetHeartbeatHandler(func(rpc raft.RPC) {
+		fastPath <- struct{}{}
+		rpc.Respond(&raft.AppendEntriesResponse{}, nil)
+	})
+	consumed := make(chan struct{}, 1)
+	go func() {
+		select {
+		case rpc := <-g.Consumer():
+			consumed <- struct{}{}
+			rpc.Respond(&raft.AppendEntriesResponse{Term: 7, Success: true}, nil)
+		case <-time.After(10 * time.Second):
+		}
+	}()
+	heartbeat := &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{Addr: send.EncodePeer("leader", send.LocalAddr()), ID: []byte("leader")},
+		Term:      7,
+	}
+	var resp raft.AppendEntriesResponse
+	if err := send.AppendEntries("follower", g.LocalAddr(), heartbeat, &resp); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-consumed:
+	default:
+		t.Fatal("the heartbeat did not reach the consumer")
+	}
+	select {
+	case <-fastPath:
+		t.Fatal("the heartbeat was handled beside the main loop")
+	default:
+	}
+	if !resp.Success || resp.Term != 7 {
+		t.Fatalf("the main loop's answer was not the one sent back: %+v", resp)
+	}
+}
