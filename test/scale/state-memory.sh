@@ -176,7 +176,7 @@ rss() {
 # log, and the rest.
 disk_parts() {
 	local d="$WORK/data/n0" state snaps log all
-	read -r state snaps log < <(du -sb "$d/state" "$d/snapshots" "$d/raft-log" | cut -f1 | tr '\n' ' ')
+	read -r state snaps log <<<"$(du -sb "$d/state" "$d/snapshots" "$d/raft-log" | cut -f1 | tr '\n' ' ')"
 	all=$(du -sb "$d" | cut -f1)
 	echo "$1_store_bytes=$state $1_snapshot_only_bytes=$snaps $1_raft_log_bytes=$log $1_other_bytes=$((all - state - snaps - log))"
 }
