@@ -314,13 +314,15 @@ func (s *stallCluster) expectRecovered(victim *harness.Node, pid int, w *stallWr
 // than the 10 s request timeout, so a write left waiting on the stalled
 // leader would show) under a trickle of writes through every node. Within
 // the stall bound plus an election another node leads and acknowledges
-// writes while the stalled fdatasync is still held; the stalled node learns
-// of the new leader, and reports the stall in /readyz, /cluster/status and
-// its metrics. The writes in the append that hangs are answered outcome
-// unknown; none fails, none goes unanswered. Once the disk answers the node
-// replaces the entries of that append with the new leader's and catches up
-// without a restart, the state hashes converge and every acknowledged write
-// is there.
+// writes while the stalled fdatasync is still held; the stalled node
+// reports the stall in /readyz, /cluster/status and its metrics, and
+// refuses the writes sent to it (507, nothing written). The writes in the
+// append that hangs are answered outcome unknown; none fails, none goes
+// unanswered. Once the disk answers the node learns of the new leader
+// (Raft handles every message, heartbeats included, on its main loop,
+// which waits on the stalled append), replaces the entries of that append
+// with the new leader's and catches up without a restart, the state hashes
+// converge and every acknowledged write is there.
 func TestLeaderLogStall(t *testing.T) {
 	t.Parallel()
 	s := newStallCluster(t)
@@ -355,16 +357,6 @@ func TestLeaderLogStall(t *testing.T) {
 	}
 	t.Logf("STALL-RESULT leader stall: %s leads; the first write sent after the stall began was acknowledged %v after it (bound %v)",
 		leader.ID, served.Sub(stalled).Round(time.Millisecond), stallBound)
-	s.c.EventuallyWithin(10*time.Second, victim.ID+" following "+leader.ID+" while stalled", func() error {
-		st, err := victim.Status()
-		if err != nil {
-			return err
-		}
-		if st.State != "follower" || st.LeaderID != leader.ID {
-			return fmt.Errorf("%s is %s, leader %q", victim.ID, st.State, st.LeaderID)
-		}
-		return nil
-	})
 	expectStallReported(t, victim)
 
 	for time.Since(stalled) < 13*time.Second {
@@ -375,6 +367,16 @@ func TestLeaderLogStall(t *testing.T) {
 	}
 	release()
 	cleared := time.Now()
+	s.c.EventuallyWithin(10*time.Second, victim.ID+" following "+leader.ID+" once its disk answered", func() error {
+		st, err := victim.Status()
+		if err != nil {
+			return err
+		}
+		if st.State != "follower" || st.LeaderID != leader.ID {
+			return fmt.Errorf("%s is %s, leader %q", victim.ID, st.State, st.LeaderID)
+		}
+		return nil
+	})
 	var during int
 	for _, a := range w.answers() {
 		if a.status == http.StatusCreated && a.sent.After(served) && a.done.Before(cleared) {
@@ -438,6 +440,16 @@ func TestFollowerLogStall(t *testing.T) {
 	}
 	release()
 	cleared := time.Now()
+	s.c.EventuallyWithin(10*time.Second, victim.ID+" following "+leader.ID+" once its disk answered", func() error {
+		st, err := victim.Status()
+		if err != nil {
+			return err
+		}
+		if st.State != "follower" || st.LeaderID != leader.ID {
+			return fmt.Errorf("%s is %s, leader %q", victim.ID, st.State, st.LeaderID)
+		}
+		return nil
+	})
 	if now, err := s.c.LeaderOf(leader, harness.Except(s.c.Nodes(), leader, victim)[0]); err != nil || now != leader {
 		t.Errorf("leadership moved during a follower's stall: %v %v", now, err)
 	} else if st, err := leader.Status(); err != nil || st.Term != before.Term {
