@@ -104,18 +104,13 @@ func TestArchiveDamageIsRefused(t *testing.T) {
 	}
 }
 
-// TestReceivedStoreFilesReplaceTheState: a node given a snapshot that is
-// another store's files takes that state whole; given one damaged
-// anywhere, it keeps its own and leaves its store as it was.
-func TestReceivedStoreFilesReplaceTheState(t *testing.T) {
-	cfg := testConfig(t, "solo", t.TempDir(), true)
-	n := open(t, cfg)
-	waitReadyLeader(t, n)
-	grantKeys(t, n, 0, 10)
+// snapshotArchive takes a snapshot of n and returns it as Raft reads it
+// to send a follower: an archive of the checkpoint's store files.
+func snapshotArchive(t *testing.T, n *Node) []byte {
+	t.Helper()
 	if err := n.raft.Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
-	atSnapshot := n.fsm.StateHash()
 	metas, err := n.snaps.List()
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +124,19 @@ func TestReceivedStoreFilesReplaceTheState(t *testing.T) {
 	if err != nil || !isArchive(archive) {
 		t.Fatalf("raft reads the snapshot as %d bytes (%v), an archive: %v", len(archive), err, isArchive(archive))
 	}
+	return archive
+}
+
+// TestReceivedStoreFilesReplaceTheState: a node given a snapshot that is
+// another store's files takes that state whole; given one damaged
+// anywhere, it keeps its own and leaves its store as it was.
+func TestReceivedStoreFilesReplaceTheState(t *testing.T) {
+	cfg := testConfig(t, "solo", t.TempDir(), true)
+	n := open(t, cfg)
+	waitReadyLeader(t, n)
+	grantKeys(t, n, 0, 10)
+	archive := snapshotArchive(t, n)
+	atSnapshot := n.fsm.StateHash()
 	grantKeys(t, n, 10, 20)
 	now, dir := n.fsm.StateHash(), n.state.Dir()
 	d := durableFSM{FSM: n.fsm, state: n.state, log: n.log}
@@ -167,22 +175,7 @@ func TestASnapshotTakenBeforeAnInstallPersistsItsOwnState(t *testing.T) {
 	n := open(t, cfg)
 	waitReadyLeader(t, n)
 	grantKeys(t, n, 0, 10)
-	if err := n.raft.Snapshot().Error(); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
-	metas, err := n.snaps.List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rc, err := n.snaps.Open(metas[0].ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	archive, err := io.ReadAll(rc)
-	_ = rc.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	archive := snapshotArchive(t, n)
 	grantKeys(t, n, 10, 25)
 	d := durableFSM{FSM: n.fsm, state: n.state, log: n.log}
 	taken, err := d.Snapshot()

@@ -310,6 +310,21 @@ func (s *stallCluster) expectRecovered(victim *harness.Node, pid int, w *stallWr
 	}
 }
 
+// awaitFollowing waits until victim, its disk answering again, follows
+// leader.
+func (s *stallCluster) awaitFollowing(victim, leader *harness.Node) {
+	s.c.EventuallyWithin(10*time.Second, victim.ID+" following "+leader.ID+" once its disk answered", func() error {
+		st, err := victim.Status()
+		if err != nil {
+			return err
+		}
+		if st.State != "follower" || st.LeaderID != leader.ID {
+			return fmt.Errorf("%s is %s, leader %q", victim.ID, st.State, st.LeaderID)
+		}
+		return nil
+	})
+}
+
 // TestLeaderLogStall holds the leader's log fdatasyncs for 13 s (longer
 // than the 10 s request timeout, so a write left waiting on the stalled
 // leader would show) under a trickle of writes through every node. Within
@@ -367,16 +382,7 @@ func TestLeaderLogStall(t *testing.T) {
 	}
 	release()
 	cleared := time.Now()
-	s.c.EventuallyWithin(10*time.Second, victim.ID+" following "+leader.ID+" once its disk answered", func() error {
-		st, err := victim.Status()
-		if err != nil {
-			return err
-		}
-		if st.State != "follower" || st.LeaderID != leader.ID {
-			return fmt.Errorf("%s is %s, leader %q", victim.ID, st.State, st.LeaderID)
-		}
-		return nil
-	})
+	s.awaitFollowing(victim, leader)
 	var during int
 	for _, a := range w.answers() {
 		if a.status == http.StatusCreated && a.sent.After(served) && a.done.Before(cleared) {
@@ -440,16 +446,7 @@ func TestFollowerLogStall(t *testing.T) {
 	}
 	release()
 	cleared := time.Now()
-	s.c.EventuallyWithin(10*time.Second, victim.ID+" following "+leader.ID+" once its disk answered", func() error {
-		st, err := victim.Status()
-		if err != nil {
-			return err
-		}
-		if st.State != "follower" || st.LeaderID != leader.ID {
-			return fmt.Errorf("%s is %s, leader %q", victim.ID, st.State, st.LeaderID)
-		}
-		return nil
-	})
+	s.awaitFollowing(victim, leader)
 	if now, err := s.c.LeaderOf(leader, harness.Except(s.c.Nodes(), leader, victim)[0]); err != nil || now != leader {
 		t.Errorf("leadership moved during a follower's stall: %v %v", now, err)
 	} else if st, err := leader.Status(); err != nil || st.Term != before.Term {

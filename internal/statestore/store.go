@@ -270,18 +270,24 @@ func (s *Store) Dir() string { return filepath.Join(s.root, s.live.Load().name) 
 func (s *Store) Applied() uint64 { return s.applied.Load() }
 
 // Get returns a copy of the committed value of key.
-func (s *Store) Get(key []byte) (v []byte, ok bool, err error) {
-	err = s.with(func(d *database) error {
-		v, ok, err = get(d, key)
-		return err
-	})
-	return v, ok, err
+func (s *Store) Get(key []byte) ([]byte, bool, error) {
+	d, err := s.acquire()
+	if err != nil {
+		return nil, false, err
+	}
+	defer func() { _ = s.release(d) }()
+	return get(d, key)
 }
 
 // Scan calls fn for each committed key in [lower, upper) in order, until
 // fn returns false. The slices are valid only during the call.
 func (s *Store) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
-	return s.with(func(d *database) error { return scan(d, lower, upper, fn) })
+	d, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = s.release(d) }()
+	return scan(d, lower, upper, fn)
 }
 
 // Flush makes every committed batch durable.
