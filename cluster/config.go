@@ -58,7 +58,14 @@ type Config struct {
 	LeaderLeaseTimeout time.Duration
 	CommitTimeout      time.Duration
 	// SnapshotThreshold, SnapshotInterval and TrailingLogs tune log
-	// compaction (defaults 8192 entries, 120 s, 10240 entries).
+	// compaction (defaults 8192 entries, see below, 10240 entries).
+	// SnapshotInterval is how often Raft checks whether SnapshotThreshold
+	// entries have passed since the last snapshot. Left at 0 it follows
+	// the cluster level: 30 s from CheckpointLevel, where a snapshot is a
+	// checkpoint of the state store and costs what changed since the last
+	// one, and a younger checkpoint keeps fewer of the store's files that
+	// compactions have since replaced; 120 s below it, where a snapshot
+	// encodes the whole state (snapshotIntervalFor).
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
@@ -139,7 +146,6 @@ func (c *Config) setDefaults() {
 		{&c.HeartbeatTimeout, time.Second},
 		{&c.ElectionTimeout, time.Second},
 		{&c.CommitTimeout, 50 * time.Millisecond},
-		{&c.SnapshotInterval, 120 * time.Second},
 		{&c.SnapshotRetry, 10 * time.Second},
 		{&c.SweepInterval, time.Second},
 		{&c.ProposeTimeout, 10 * time.Second},

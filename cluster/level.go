@@ -346,6 +346,7 @@ func (n *Node) tendLevel() {
 		n.storage.halt(fmt.Errorf("the cluster is at level %d, above the level %d this build speaks", active, fsm.BuildLevel))
 		return
 	}
+	n.followSnapshotInterval(active)
 	n.levels.mu.Lock()
 	rose := active > n.levels.recorded
 	n.levels.mu.Unlock()
@@ -368,6 +369,24 @@ func (n *Node) tendLevel() {
 	if n.IsLeader() && n.lead.isReady() && active < fsm.BuildLevel {
 		n.raiseLevel(active)
 	}
+}
+
+// followSnapshotInterval gives Raft the snapshot interval of the active
+// level when it differs from the one Raft uses (a node that started below
+// CheckpointLevel, or one whose store was behind its snapshot and read its
+// level from it).
+func (n *Node) followSnapshotInterval(active uint32) {
+	rc := n.raft.ReloadableConfig()
+	want := n.snapshotInterval(active)
+	if rc.SnapshotInterval == want {
+		return
+	}
+	rc.SnapshotInterval = want
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		n.log.Warn("could not change the snapshot interval", "level", active, "interval", want, "error", err)
+		return
+	}
+	n.log.Info("snapshot interval follows the cluster level", "level", active, "interval", want)
 }
 
 // raiseLevel commits the highest level every member of the configuration

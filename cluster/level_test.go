@@ -84,9 +84,15 @@ func TestLevelRisesAndIsRecorded(t *testing.T) {
 	if l := n.fsm.Level(); l != 0 {
 		t.Fatalf("a build of level 0 left its cluster at level %d", l)
 	}
+	if got := n.raft.ReloadableConfig().SnapshotInterval; got != 120*time.Second {
+		t.Fatalf("snapshot interval at level 0: %v, want 120s (a snapshot encodes the whole state)", got)
+	}
 	n = open(t, cfg)
 	waitReadyLeader(t, n)
 	waitFor(t, "the level to rise", 10*time.Second, func() bool { return n.fsm.Level() == fsm.BuildLevel })
+	waitFor(t, "the snapshot interval to follow the level", 5*time.Second, func() bool {
+		return n.raft.ReloadableConfig().SnapshotInterval == 30*time.Second
+	})
 	if st := n.Status(); st.ActiveLevel != fsm.BuildLevel || st.Level != fsm.BuildLevel || st.Nodes[0].Level != fsm.BuildLevel {
 		t.Fatalf("status %+v", st)
 	}
@@ -109,6 +115,9 @@ func TestLevelRisesAndIsRecorded(t *testing.T) {
 	waitReadyLeader(t, n2)
 	if n2.fsm.Level() != fsm.BuildLevel || n2.fsm.FencingCounter() != 100 {
 		t.Fatalf("after a restart: level %d, counter %d", n2.fsm.Level(), n2.fsm.FencingCounter())
+	}
+	if got := n2.raft.ReloadableConfig().SnapshotInterval; got != 30*time.Second {
+		t.Fatalf("snapshot interval after a restart at level %d: %v, want 30s", fsm.BuildLevel, got)
 	}
 	if err := n2.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)

@@ -404,9 +404,19 @@ func (n *Node) raftConfig() *raft.Config {
 	c.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
 	c.CommitTimeout = n.cfg.CommitTimeout
 	c.SnapshotThreshold = n.cfg.SnapshotThreshold
-	c.SnapshotInterval = n.cfg.SnapshotInterval
+	c.SnapshotInterval = n.snapshotInterval(n.fsm.Level())
 	c.TrailingLogs = n.cfg.TrailingLogs
 	return c
+}
+
+// snapshotInterval is the SnapshotInterval Raft should use at a cluster
+// level: the configured one, or when it was left at 0 the level's
+// (snapshotIntervalFor).
+func (n *Node) snapshotInterval(level uint32) time.Duration {
+	if n.cfg.SnapshotInterval > 0 {
+		return n.cfg.SnapshotInterval
+	}
+	return snapshotIntervalFor(level)
 }
 
 // bootstrapSelf forms a new cluster of this node alone. It keeps the plan

@@ -379,6 +379,9 @@ func snapshotInstallCatchUp(t *testing.T, speak *uint32, magic string) {
 	restarted := open(t, cfgs[fi])
 	nodes[fi] = restarted
 	waitConverged(t, nodes...)
+	if got := leader.raft.ReloadableConfig().SnapshotInterval; got != 50*time.Millisecond {
+		t.Fatalf("the leader's snapshot interval at level %d: %v, want the 50ms it was given", leader.fsm.Level(), got)
+	}
 	idx, _ := strconv.ParseUint(restarted.raft.Stats()["last_snapshot_index"], 10, 64)
 	if idx <= stoppedAt {
 		t.Fatalf("follower caught up without installing a snapshot (last snapshot index %d, stopped at %d)", idx, stoppedAt)

@@ -80,7 +80,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.heartbeatTimeout, "raft-heartbeat-timeout", 400*time.Millisecond, "Raft heartbeat timeout: a follower that hears nothing from the leader for this long (randomised up to twice) starts an election")
 	fs.DurationVar(&c.electionTimeout, "raft-election-timeout", 400*time.Millisecond, "Raft election timeout")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
-	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 120*time.Second, "how often to check whether to snapshot")
+	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 0, "how often to check whether snapshot-threshold entries have passed since the last snapshot (0: 30s from cluster level 3, where a snapshot is a checkpoint of the state store, 120s below it)")
 	fs.Uint64Var(&c.trailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
 	fs.Int64Var(&c.minFreeDisk, "min-free-disk", 1<<30, "free bytes of the data directory's file system below which this node, leading, refuses new lease keys, queues and jobs with 507 (0: no floor)")
 	fs.DurationVar(&c.sweepInterval, "sweep-interval", time.Second, "how often the leader checks for expired deadlines")
