@@ -104,6 +104,16 @@ func TestArchiveDamageIsRefused(t *testing.T) {
 	}
 }
 
+// soloArchive starts a node alone, grants it ten keys and returns it with
+// its snapshot as an archive (snapshotArchive).
+func soloArchive(t *testing.T) (*Node, []byte) {
+	t.Helper()
+	n := open(t, testConfig(t, "solo", t.TempDir(), true))
+	waitReadyLeader(t, n)
+	grantKeys(t, n, 0, 10)
+	return n, snapshotArchive(t, n)
+}
+
 // snapshotArchive takes a snapshot of n and returns it as Raft reads it
 // to send a follower: an archive of the checkpoint's store files.
 func snapshotArchive(t *testing.T, n *Node) []byte {
@@ -131,11 +141,7 @@ func snapshotArchive(t *testing.T, n *Node) []byte {
 // another store's files takes that state whole; given one damaged
 // anywhere, it keeps its own and leaves its store as it was.
 func TestReceivedStoreFilesReplaceTheState(t *testing.T) {
-	cfg := testConfig(t, "solo", t.TempDir(), true)
-	n := open(t, cfg)
-	waitReadyLeader(t, n)
-	grantKeys(t, n, 0, 10)
-	archive := snapshotArchive(t, n)
+	n, archive := soloArchive(t)
 	atSnapshot := n.fsm.StateHash()
 	grantKeys(t, n, 10, 20)
 	now, dir := n.fsm.StateHash(), n.state.Dir()
@@ -171,11 +177,7 @@ func (s *memSink) Close() error  { return nil }
 // the state machine's goroutine); the snapshot taken first still writes
 // the state it was taken of, read from the store the install replaced.
 func TestASnapshotTakenBeforeAnInstallPersistsItsOwnState(t *testing.T) {
-	cfg := testConfig(t, "solo", t.TempDir(), true)
-	n := open(t, cfg)
-	waitReadyLeader(t, n)
-	grantKeys(t, n, 0, 10)
-	archive := snapshotArchive(t, n)
+	n, archive := soloArchive(t)
 	grantKeys(t, n, 10, 25)
 	d := durableFSM{FSM: n.fsm, state: n.state, log: n.log}
 	taken, err := d.Snapshot()

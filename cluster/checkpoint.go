@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -26,19 +25,6 @@ import (
 // speaks this level; what a follower receives is the state machine's
 // snapshot format either way.
 const CheckpointLevel = 3
-
-// snapshotIntervalFor is how often Raft checks whether to snapshot at a
-// cluster level when Config.SnapshotInterval is left at 0. From
-// CheckpointLevel a snapshot is cheap, and a store file that compactions
-// replaced stays on disk until no kept checkpoint links it: checking every
-// 30 s keeps the two kept checkpoints young. Below it a snapshot encodes
-// the whole state, which every 120 s is often enough.
-func snapshotIntervalFor(level uint32) time.Duration {
-	if level >= CheckpointLevel {
-		return 30 * time.Second
-	}
-	return 120 * time.Second
-}
 
 // checkpointMagic starts the state file (state.bin) of a snapshot kept as
 // a checkpoint; the index of the last entry the checkpoint holds follows,

@@ -65,7 +65,7 @@ type Config struct {
 	// checkpoint of the state store and costs what changed since the last
 	// one, and a younger checkpoint keeps fewer of the store's files that
 	// compactions have since replaced; 120 s below it, where a snapshot
-	// encodes the whole state (snapshotIntervalFor).
+	// encodes the whole state (Node.snapshotInterval).
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64

@@ -410,13 +410,20 @@ func (n *Node) raftConfig() *raft.Config {
 }
 
 // snapshotInterval is the SnapshotInterval Raft should use at a cluster
-// level: the configured one, or when it was left at 0 the level's
-// (snapshotIntervalFor).
+// level: the configured one or, left at 0, the level's. From
+// CheckpointLevel a snapshot is cheap, and a store file that compactions
+// replaced stays on disk until no kept checkpoint links it: checking every
+// 30 s keeps the two kept checkpoints young. Below it a snapshot encodes
+// the whole state, which every 120 s is often enough.
 func (n *Node) snapshotInterval(level uint32) time.Duration {
-	if n.cfg.SnapshotInterval > 0 {
+	switch {
+	case n.cfg.SnapshotInterval > 0:
 		return n.cfg.SnapshotInterval
+	case level >= CheckpointLevel:
+		return 30 * time.Second
+	default:
+		return 120 * time.Second
 	}
-	return snapshotIntervalFor(level)
 }
 
 // bootstrapSelf forms a new cluster of this node alone. It keeps the plan
