@@ -157,7 +157,10 @@ func (n *Node) sampleClocks() []string {
 			targets[n.httpDialAddr(id, info.HTTPAddr)] = true
 		}
 	}
-	for _, a := range n.cfg.Join {
+	joinCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	joins, _, _ := n.joinAddrs(joinCtx)
+	cancel()
+	for _, a := range joins {
 		targets[a] = true
 	}
 	for addr := range targets {

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -30,7 +32,11 @@ type Config struct {
 	// Join lists HTTP addresses of other nodes: a node without state uses
 	// them to find or form its cluster, and a member restarted on new
 	// addresses to tell the cluster where it now is.
+	// An entry DNSJoinPrefix+NAME:PORT stands for every address NAME
+	// resolves to, resolved again at each attempt.
 	Join []string
+	// Resolver looks up DNS join entries (default net.DefaultResolver).
+	Resolver HostResolver
 	// BootstrapExpect is the number of voters a new cluster forms with. With
 	// no Join addresses and BootstrapExpect at most 1, a new node bootstraps a
 	// single-node cluster.
@@ -184,9 +190,17 @@ func (c *Config) setDefaults() {
 	if c.DiskFree == nil {
 		c.DiskFree = statfsFree
 	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
+	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: PeerTransport(c.Peer)}
 	}
+}
+
+// HostResolver looks a host name up; *net.Resolver is one.
+type HostResolver interface {
+	LookupHost(ctx context.Context, host string) ([]string, error)
 }
 
 func (c *Config) validate() error {
@@ -203,8 +217,25 @@ func (c *Config) validate() error {
 		return fmt.Errorf("bootstrap-expect must be 0 or more, got %d", c.BootstrapExpect)
 	case c.BootstrapExpect > 1 && len(c.Join) == 0:
 		return fmt.Errorf("bootstrap-expect %d needs --join with the other nodes' HTTP addresses", c.BootstrapExpect)
+	case c.joinError() != nil:
+		return c.joinError()
 	case c.Peer != nil && c.Peer.NodeID() != c.NodeID:
 		return fmt.Errorf("the peer certificate names node %q but this node's id is %q: a node's certificate must name it", c.Peer.NodeID(), c.NodeID)
+	}
+	return nil
+}
+
+// joinError reports the first Join entry that is not host:port or
+// DNSJoinPrefix+NAME:PORT.
+func (c *Config) joinError() error {
+	for _, e := range c.Join {
+		if _, _, isDNS, err := ParseDNSJoin(e); isDNS {
+			if err != nil {
+				return err
+			}
+		} else if !validAddr(e) {
+			return fmt.Errorf("join %q: must be host:port or %sNAME:PORT", e, DNSJoinPrefix)
+		}
 	}
 	return nil
 }

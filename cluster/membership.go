@@ -206,6 +206,66 @@ func (n *Node) membershipChange(ctx context.Context, f raft.Future) error {
 	return nil
 }
 
+// DNSJoinPrefix marks a Join entry that is a DNS name: DNSJoinPrefix +
+// NAME:PORT stands for PORT at every address NAME resolves to, each the
+// HTTP address of a member (a Kubernetes headless Service, a DNS round
+// robin). It is resolved again at every attempt to form, join or register.
+const DNSJoinPrefix = "dns:"
+
+// ParseDNSJoin splits a DNSJoinPrefix entry into its name and port; ok is
+// false for an entry without the prefix.
+func ParseDNSJoin(entry string) (name, port string, ok bool, err error) {
+	rest, found := strings.CutPrefix(entry, DNSJoinPrefix)
+	if !found {
+		return "", "", false, nil
+	}
+	name, port, err = net.SplitHostPort(rest)
+	if err != nil || name == "" || port == "" {
+		return "", "", true, fmt.Errorf("join %q: must be %sNAME:PORT", entry, DNSJoinPrefix)
+	}
+	return name, port, true, nil
+}
+
+// joinAddrs is Join with every DNS entry replaced by the addresses its
+// name resolves to now. The error names each entry that failed to resolve
+// or resolved to nothing; the addresses of the others are still returned.
+// seen describes what each DNS entry resolved to, for the node's log and
+// errors.
+func (n *Node) joinAddrs(ctx context.Context) (addrs []string, seen string, err error) {
+	var notes []string
+	var errs []error
+	for _, entry := range n.cfg.Join {
+		name, port, isDNS, perr := ParseDNSJoin(entry)
+		switch {
+		case perr != nil:
+			errs = append(errs, perr)
+			continue
+		case !isDNS:
+			if !slices.Contains(addrs, entry) {
+				addrs = append(addrs, entry)
+			}
+			continue
+		}
+		ips, lerr := n.cfg.Resolver.LookupHost(ctx, name)
+		if lerr == nil && len(ips) == 0 {
+			lerr = errors.New("no addresses")
+		}
+		if lerr != nil {
+			errs = append(errs, fmt.Errorf("resolve --join %s: %w", entry, lerr))
+			notes = append(notes, entry+" resolved to nothing")
+			continue
+		}
+		slices.Sort(ips)
+		for _, ip := range ips {
+			if a := net.JoinHostPort(ip, port); !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
+		}
+		notes = append(notes, fmt.Sprintf("%s resolved to %s", entry, strings.Join(ips, ", ")))
+	}
+	return addrs, strings.Join(notes, "; "), errors.Join(errs...)
+}
+
 // formLoop finds or forms the cluster for a node without state: it joins a
 // formed cluster through any peer, waits if a formed cluster already lists
 // it, or, with BootstrapExpect > 1, bootstraps once that many unformed nodes
@@ -231,11 +291,28 @@ func (n *Node) formLoop() {
 	}
 }
 
+// formOnce makes one attempt of formLoop with the join addresses as they
+// resolve now; its error says what each DNS entry resolved to.
 func (n *Node) formOnce(ctx context.Context) (bool, error) {
+	targets, seen, resolveErr := n.joinAddrs(ctx)
+	done, err := n.formWith(ctx, targets)
+	if err == nil {
+		return done, nil
+	}
+	if resolveErr != nil {
+		err = errors.Join(resolveErr, err)
+	}
+	if seen != "" {
+		err = fmt.Errorf("%w (%s)", err, seen)
+	}
+	return done, err
+}
+
+func (n *Node) formWith(ctx context.Context, targets []string) (bool, error) {
 	me := n.self()
 	known := []Status{}
 	var lastErr error
-	for _, addr := range n.cfg.Join {
+	for _, addr := range targets {
 		st, err := n.PeerStatus(ctx, addr)
 		if err != nil {
 			lastErr = err
@@ -248,8 +325,14 @@ func (n *Node) formOnce(ctx context.Context) (bool, error) {
 			known = append(known, st)
 			continue
 		}
-		if slices.ContainsFunc(st.Nodes, func(m Member) bool { return m.ID == me.ID && m.RaftAddr == me.RaftAddr }) && n.cfg.BootstrapExpect > 1 {
-			n.log.Info("a formed cluster lists this node; waiting for its leader", "peer", addr)
+		// A cluster that lists this node, stateless here, at its own
+		// address either formed with it in a parallel start and still
+		// needs its vote to elect a leader (wait for that leader), or has
+		// a leader and knew this node before its volume was lost: the
+		// Fresh join below removes and adds it again (a node known by a
+		// stable name comes back at the same address).
+		if slices.ContainsFunc(st.Nodes, func(m Member) bool { return m.ID == me.ID && m.RaftAddr == me.RaftAddr }) && n.cfg.BootstrapExpect > 1 && st.LeaderID == "" {
+			n.log.Info("a formed cluster without a leader lists this node; waiting for its leader", "peer", addr)
 			return true, nil
 		}
 		req := JoinRequest{NodeID: me.ID, RaftAddr: me.RaftAddr, HTTPAddr: me.HTTPAddr, Fresh: true}
@@ -357,7 +440,13 @@ func (n *Node) registrationTargets() []string {
 			out = append(out, n.httpDialAddr(m.ID, m.HTTPAddr))
 		}
 	}
-	for _, a := range n.cfg.Join {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	joins, seen, err := n.joinAddrs(ctx)
+	if err != nil {
+		n.log.Debug("resolving --join for an address update", "error", err, "resolved", seen)
+	}
+	for _, a := range joins {
 		if !slices.Contains(out, a) {
 			out = append(out, a)
 		}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
+
 	"os"
 	"slices"
 	"sync"
@@ -250,14 +250,6 @@ func (n *Node) openStores() error {
 		return err
 	}
 
-	var advertise net.Addr
-	if n.cfg.RaftAdvertise != "" {
-		a, err := net.ResolveTCPAddr("tcp", n.cfg.RaftAdvertise)
-		if err != nil {
-			return fmt.Errorf("resolve raft advertise address %q: %w", n.cfg.RaftAdvertise, err)
-		}
-		advertise = a
-	}
 	tc := &raft.NetworkTransportConfig{
 		ServerAddressProvider:   dialOverrides(n.cfg.RaftPeerAddrs),
 		Logger:                  n.cfg.Logger.Named("raft-net"),
@@ -266,14 +258,15 @@ func (n *Node) openStores() error {
 		MsgpackUseNewTimeFormat: true,
 	}
 	if n.cfg.Peer == nil {
-		t, err := raft.NewTCPTransportWithConfig(n.cfg.RaftBind, advertise, tc)
+		stream, err := newTCPStream(n.cfg.RaftBind, n.cfg.RaftAdvertise, n.shutdownCh)
 		if err != nil {
 			return fmt.Errorf("start raft transport on %s: %w", n.cfg.RaftBind, err)
 		}
-		n.transport = t
+		tc.Stream = stream
+		n.transport = raft.NewNetworkTransportWithConfig(tc)
 		return nil
 	}
-	stream, err := newTLSStream(n.cfg.RaftBind, advertise, n.cfg.Peer, n.cfg.Logger.Named("raft-tls"))
+	stream, err := newTLSStream(n.cfg.RaftBind, n.cfg.RaftAdvertise, n.cfg.Peer, n.cfg.Logger.Named("raft-tls"), n.shutdownCh)
 	if err != nil {
 		return fmt.Errorf("start raft TLS transport on %s: %w", n.cfg.RaftBind, err)
 	}

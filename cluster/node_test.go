@@ -741,3 +741,40 @@ func TestHoldTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestMembersReachEachOtherByName: members that advertise a host name are
+// recorded under it, replicate to each other through it, and a follower
+// restarted under the same name catches up.
+func TestMembersReachEachOtherByName(t *testing.T) {
+	nodes, cfgs := threeNodes(t, func(c *Config) {
+		port := strconv.Itoa(freePort(t))
+		c.RaftBind = net.JoinHostPort("127.0.0.1", port)
+		c.RaftAdvertise = net.JoinHostPort("localhost", port)
+	})
+	leader := waitReadyLeader(t, nodes...)
+	f := leader.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range f.Configuration().Servers {
+		if !strings.HasPrefix(string(s.Address), "localhost:") {
+			t.Fatalf("member %s recorded at %s, not by its name", s.ID, s.Address)
+		}
+	}
+	follower := 0
+	for nodes[follower] == leader {
+		follower++
+	}
+	if err := nodes[follower].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if _, err := acquire(ctx, leader, fmt.Sprint("while-down-", i), "o"); err != nil {
+			t.Fatalf("acquire with a follower down: %v", err)
+		}
+	}
+	cfgs[follower].RaftBind = strings.Replace(cfgs[follower].RaftBind, "localhost", "127.0.0.1", 1)
+	nodes[follower] = open(t, cfgs[follower])
+	waitConverged(t, nodes...)
+}

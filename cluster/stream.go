@@ -30,7 +30,129 @@ const (
 	refusalLogInterval = time.Minute
 	// maxRefusalSources bounds the per-source log limiter's memory.
 	maxRefusalSources = 4096
+	// dialAttemptTimeout bounds one attempt to connect to a peer, so a
+	// name that still resolves to an address nobody answers at (a pod
+	// recreated elsewhere) is looked up again soon.
+	dialAttemptTimeout = time.Second
+	// dialRetryInterval is the pause between two attempts to dial a peer.
+	dialRetryInterval = 100 * time.Millisecond
 )
+
+// nameAddr is an advertised Raft address kept as it was given: a DNS name
+// stays a name, so peers resolve it again at every dial.
+type nameAddr string
+
+// Network is always "tcp".
+func (nameAddr) Network() string { return "tcp" }
+
+// String is the host:port as given.
+func (a nameAddr) String() string { return string(a) }
+
+// advertiseAddr is the Raft address other nodes dial: advertise when given
+// (a host name or an IP, with a port), else the listener's own address,
+// which must then be a specific IP.
+func advertiseAddr(ln net.Listener, advertise string) (net.Addr, error) {
+	if advertise == "" {
+		a, ok := ln.Addr().(*net.TCPAddr)
+		if !ok || a.IP == nil || a.IP.IsUnspecified() {
+			return nil, fmt.Errorf("raft address %s is not advertisable: give --raft-advertise", ln.Addr())
+		}
+		return a, nil
+	}
+	host, port, err := net.SplitHostPort(advertise)
+	if err != nil || host == "" || port == "" {
+		return nil, fmt.Errorf("raft advertise address %q is not host:port", advertise)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return nil, fmt.Errorf("raft advertise address %q is not advertisable: it names no host", advertise)
+	}
+	return nameAddr(advertise), nil
+}
+
+// redialer dials a peer again and again until it answers, its timeout
+// passes or the node stops. Raft backs off after every failed call to a
+// follower, up to ten seconds after a dozen failures, and nothing shortens
+// a back-off once it has started: failing at once while a peer restarts
+// would leave it unreplicated for seconds after it is back. Each attempt
+// resolves the address again, so a member that comes back at a new IP
+// under its name is found as soon as the name points there.
+type redialer struct {
+	done <-chan struct{} // closed when the node stops
+}
+
+// dial calls once until it succeeds, fails other than by connectFailed, or
+// timeout has passed; once gets a
+// context that ends at that deadline and a dialer whose connection attempt
+// ends after dialAttemptTimeout.
+func (r redialer) dial(address string, timeout time.Duration, once func(ctx context.Context, d *net.Dialer, address string) (net.Conn, error)) (net.Conn, error) {
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	d := &net.Dialer{Timeout: dialAttemptTimeout}
+	for {
+		c, err := once(ctx, d, address)
+		if err == nil || !connectFailed(err) {
+			return c, err
+		}
+		wait := min(dialRetryInterval, time.Until(deadline))
+		if wait <= 0 {
+			return nil, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-r.done:
+			t.Stop()
+			return nil, err
+		}
+	}
+}
+
+// connectFailed reports whether err is a failure to look the peer up or to
+// connect to it, which a later attempt may not meet; a failed handshake or
+// verification is returned at once.
+func connectFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// tcpStream is the Raft transport's stream layer without a peer identity:
+// plain TCP, advertising the address as given and dialling through a
+// redialer.
+type tcpStream struct {
+	net.Listener
+	advertise net.Addr
+	redial    redialer
+}
+
+// newTCPStream listens on bind and advertises advertise (see
+// advertiseAddr); dials give up when done is closed.
+func newTCPStream(bind, advertise string, done <-chan struct{}) (*tcpStream, error) {
+	ln, err := net.Listen("tcp", bind)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	adv, err := advertiseAddr(ln, advertise)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	return &tcpStream{Listener: ln, advertise: adv, redial: redialer{done: done}}, nil
+}
+
+// Addr is the advertised Raft address.
+func (s *tcpStream) Addr() net.Addr { return s.advertise }
+
+// Dial connects to a peer's Raft address, resolving it at each attempt.
+func (s *tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := s.redial.dial(string(address), timeout, func(ctx context.Context, d *net.Dialer, a string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", a)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", address, err)
+	}
+	return c, nil
+}
 
 // tlsStream is the Raft transport's stream layer when nodes have a peer
 // identity: every connection, in and out, is mutual TLS 1.3 against the
@@ -51,24 +173,23 @@ type tlsStream struct {
 	once    sync.Once
 	slots   chan struct{}
 	refused refusalLog
+	redial  redialer
 }
 
-// newTLSStream listens on bind. advertise, when not nil, is the address
-// other nodes dial; it must be a specific host.
-func newTLSStream(bind string, advertise net.Addr, peer *tlsconf.Peer, log hclog.Logger) (*tlsStream, error) {
+// newTLSStream listens on bind and advertises advertise (see
+// advertiseAddr); dials give up when done is closed.
+func newTLSStream(bind, advertise string, peer *tlsconf.Peer, log hclog.Logger, done <-chan struct{}) (*tlsStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	if advertise == nil {
-		advertise = ln.Addr()
-	}
-	if a, ok := advertise.(*net.TCPAddr); !ok || a.IP == nil || a.IP.IsUnspecified() {
+	adv, err := advertiseAddr(ln, advertise)
+	if err != nil {
 		_ = ln.Close()
-		return nil, fmt.Errorf("raft address %s is not advertisable: give --raft-advertise", advertise)
+		return nil, err
 	}
 	s := &tlsStream{
-		ln: ln, advertise: advertise, peer: peer, log: log,
+		ln: ln, advertise: adv, peer: peer, log: log, redial: redialer{done: done},
 		conns:  make(chan net.Conn),
 		closed: make(chan struct{}),
 		slots:  make(chan struct{}, maxHandshakes),
@@ -181,10 +302,11 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("dial %s: no member of the configuration has this raft address", address)
 	}
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: s.peer.RaftClientConfig(ids)}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	c, err := d.DialContext(ctx, "tcp", string(address))
+	conf := s.peer.RaftClientConfig(ids)
+	c, err := s.redial.dial(string(address), timeout, func(ctx context.Context, d *net.Dialer, a string) (net.Conn, error) {
+		td := &tls.Dialer{NetDialer: d, Config: conf}
+		return td.DialContext(ctx, "tcp", a)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("dial %s (member %v): %w", address, ids, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func testPeer(t *testing.T, p *pkitest.PKI, id string) *tlsconf.Peer {
 // accepts and echoes one line per connection; logs collect its log lines.
 func startStream(t *testing.T, peer *tlsconf.Peer, logs io.Writer) *tlsStream {
 	t.Helper()
-	s, err := newTLSStream("127.0.0.1:0", nil, peer, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}))
+	s, err := newTLSStream("127.0.0.1:0", "", peer, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,5 +178,93 @@ func TestRefusalLogAllowsOneLineAMinutePerSource(t *testing.T) {
 	}
 	if n, ok := l.allow("a", t0.Add(time.Minute+time.Second)); !ok || n != 3 {
 		t.Fatalf("after a minute: logged %v, %d suppressed (want 3)", ok, n)
+	}
+}
+
+// freePort returns a loopback TCP port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestAdvertisedRaftAddressIsKeptAsGiven(t *testing.T) {
+	specific, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer specific.Close()
+	wild, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wild.Close()
+	if a, err := advertiseAddr(specific, ""); err != nil || a.String() != specific.Addr().String() {
+		t.Errorf("no advertise on %s: %v %v", specific.Addr(), a, err)
+	}
+	if _, err := advertiseAddr(wild, ""); err == nil || !strings.Contains(err.Error(), "--raft-advertise") {
+		t.Errorf("no advertise on the wildcard address: %v", err)
+	}
+	for _, name := range []string{"holdfast-0.holdfast-peers.default.svc.cluster.local:7071", "10.0.0.7:7071", "[fd00::7]:7071"} {
+		if a, err := advertiseAddr(wild, name); err != nil || a.String() != name || a.Network() != "tcp" {
+			t.Errorf("advertise %s: %v %v", name, a, err)
+		}
+	}
+	for _, bad := range []string{"0.0.0.0:7071", "[::]:7071", "holdfast-0", ":7071", "host:"} {
+		if _, err := advertiseAddr(wild, bad); err == nil {
+			t.Errorf("advertise %q accepted", bad)
+		}
+	}
+}
+
+// TestDialWaitsForAPeerToListen: a dial to a name whose peer is not
+// listening yet keeps trying until it is, within its timeout, and gives up
+// at once when the node stops.
+func TestDialWaitsForAPeerToListen(t *testing.T) {
+	done := make(chan struct{})
+	s, err := newTCPStream("127.0.0.1:0", "", done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	port := freePort(t)
+	target := raft.ServerAddress(net.JoinHostPort("localhost", strconv.Itoa(port)))
+	got := make(chan error, 1)
+	go func() {
+		c, err := s.Dial(target, 20*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		got <- err
+	}()
+	time.Sleep(3 * dialRetryInterval)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := <-got; err != nil {
+		t.Fatalf("the dial gave up on a peer that came up: %v", err)
+	}
+
+	stopped := make(chan error, 1)
+	nobody := raft.ServerAddress(net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))))
+	go func() {
+		_, err := s.Dial(nobody, time.Hour)
+		stopped <- err
+	}()
+	time.Sleep(3 * dialRetryInterval)
+	close(done)
+	select {
+	case err := <-stopped:
+		if err == nil {
+			t.Fatal("a dial to a port nobody listens on succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a dial went on after the node stopped")
 	}
 }

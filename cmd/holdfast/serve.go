@@ -29,6 +29,7 @@ import (
 // serveConfig is everything `holdfast serve` reads from flags and environment.
 type serveConfig struct {
 	nodeID          string
+	idFromHostname  bool
 	dataDir         string
 	httpAddr        string
 	raftAddr        string
@@ -64,12 +65,13 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs := flag.NewFlagSet("holdfast serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.nodeID, "node-id", "", "this node's id, stable across restarts (default: generated once and kept in the data dir)")
+	fs.BoolVar(&c.idFromHostname, "node-id-from-hostname", false, "take this node's id from the host name, up to its first dot (a StatefulSet's pod name); not with --node-id")
 	fs.StringVar(&c.dataDir, "data-dir", "./holdfast-data", "directory for the Raft log, snapshots and node id")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:7070", "address the HTTP API listens on")
 	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7071", "address the Raft transport listens on")
 	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node at (default: the listening address)")
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address other nodes dial (default: the listening address)")
-	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of other nodes: a node without data finds or forms its cluster through them; a member restarted on new addresses tells the cluster where it is")
+	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of other nodes: a node without data finds or forms its cluster through them; a member restarted on new addresses tells the cluster where it is. dns:NAME:PORT stands for PORT at every address NAME resolves to (a headless Service), resolved again at each attempt")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "number of voters a new cluster forms with (with --join listing the others)")
 	fs.StringVar(&c.restore, "restore", "", "start a new cluster from this backup (holdfast snapshot save): only on a first node with an empty data directory, bootstrapping alone; the others then --join it")
 	fs.StringVar(&c.clusterKey, "cluster-key", "", "shared secret for node-to-node and operator calls (prefer HOLDFAST_CLUSTER_KEY)")
@@ -100,7 +102,31 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	if err := applyEnv(fs); err != nil {
 		return nil, err
 	}
+	if c.idFromHostname {
+		id, err := hostnameID(c.nodeID, os.Hostname)
+		if err != nil {
+			return nil, err
+		}
+		c.nodeID = id
+	}
 	return c, nil
+}
+
+// hostnameID is the node id --node-id-from-hostname gives: the host name up
+// to its first dot. given is --node-id, which must then be empty.
+func hostnameID(given string, hostname func() (string, error)) (string, error) {
+	if given != "" {
+		return "", errors.New("--node-id-from-hostname and --node-id: give one of them")
+	}
+	h, err := hostname()
+	if err != nil {
+		return "", fmt.Errorf("--node-id-from-hostname: %w", err)
+	}
+	id, _, _ := strings.Cut(h, ".")
+	if id == "" {
+		return "", fmt.Errorf("--node-id-from-hostname: the host name %q has no first label", h)
+	}
+	return id, nil
 }
 
 // applyEnv sets every flag not given on the command line from its

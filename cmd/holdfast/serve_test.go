@@ -148,3 +148,33 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("help: code %d, %q", code, out.String())
 	}
 }
+
+func TestNodeIDFromHostname(t *testing.T) {
+	host := func(h string) func() (string, error) { return func() (string, error) { return h, nil } }
+	for h, want := range map[string]string{"holdfast-2": "holdfast-2", "holdfast-0.holdfast-peers.default.svc.cluster.local": "holdfast-0"} {
+		if id, err := hostnameID("", host(h)); err != nil || id != want {
+			t.Errorf("host name %q: id %q, %v; want %q", h, id, err, want)
+		}
+	}
+	if _, err := hostnameID("", host(".x")); err == nil {
+		t.Error("a host name without a first label gave an id")
+	}
+	if _, err := hostnameID("", func() (string, error) { return "", errors.New("no uts") }); err == nil || !strings.Contains(err.Error(), "no uts") {
+		t.Errorf("a failed host name lookup: %v", err)
+	}
+	if _, err := hostnameID("n1", host("holdfast-0")); err == nil || !strings.Contains(err.Error(), "--node-id") {
+		t.Errorf("--node-id with --node-id-from-hostname: %v", err)
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		t.Skip("no host name here:", err)
+	}
+	c, err := parseServeFlags([]string{"--node-id-from-hostname"}, &bytes.Buffer{})
+	if want, _, _ := strings.Cut(h, "."); err != nil || c.nodeID != want {
+		t.Fatalf("--node-id-from-hostname on %q: %q, %v", h, c.nodeID, err)
+	}
+	t.Setenv("HOLDFAST_NODE_ID", "n1")
+	if _, err := parseServeFlags([]string{"--node-id-from-hostname"}, &bytes.Buffer{}); err == nil {
+		t.Fatal("HOLDFAST_NODE_ID with --node-id-from-hostname was accepted")
+	}
+}
