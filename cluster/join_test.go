@@ -30,6 +30,12 @@ func TestDNSJoinEntriesAreResolvedAtEachAttempt(t *testing.T) {
 	if seen != "dns:holdfast-peers.default.svc:7070 resolved to 10.0.0.11, 10.0.0.12" {
 		t.Fatalf("seen %q", seen)
 	}
+	// With peer TLS, each address found by the name is verified against
+	// the name; a plain entry is verified against its own host.
+	names := *n.joinNames.Load()
+	if len(names) != 2 || names["10.0.0.12:7070"] != "holdfast-peers.default.svc" || names["10.0.0.11:7070"] != "holdfast-peers.default.svc" {
+		t.Fatalf("names to verify addresses against: %v", names)
+	}
 
 	// A pod recreated on a new IP, a third one started: the next attempt
 	// sees them.

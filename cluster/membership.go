@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/holdfast/holdfast/fsm"
+	"github.com/holdfast/holdfast/internal/tlsconf"
 )
 
 // Node-to-node HTTP contract. The server package serves these paths; this
@@ -227,13 +228,16 @@ func ParseDNSJoin(entry string) (name, port string, ok bool, err error) {
 }
 
 // joinAddrs is Join with every DNS entry replaced by the addresses its
-// name resolves to now. The error names each entry that failed to resolve
+// name resolves to now; with peer TLS each such address is verified
+// against the name (joinNames, peerRequest). The error names each entry that failed to resolve
 // or resolved to nothing; the addresses of the others are still returned.
 // seen describes what each DNS entry resolved to, for the node's log and
 // errors.
 func (n *Node) joinAddrs(ctx context.Context) (addrs []string, seen string, err error) {
 	var notes []string
 	var errs []error
+	names := map[string]string{}
+	defer n.joinNames.Store(&names)
 	for _, entry := range n.cfg.Join {
 		name, port, isDNS, perr := ParseDNSJoin(entry)
 		switch {
@@ -257,9 +261,11 @@ func (n *Node) joinAddrs(ctx context.Context) (addrs []string, seen string, err 
 		}
 		slices.Sort(ips)
 		for _, ip := range ips {
-			if a := net.JoinHostPort(ip, port); !slices.Contains(addrs, a) {
+			a := net.JoinHostPort(ip, port)
+			if !slices.Contains(addrs, a) {
 				addrs = append(addrs, a)
 			}
+			names[a] = name
 		}
 		notes = append(notes, fmt.Sprintf("%s resolved to %s", entry, strings.Join(ips, ", ")))
 	}
@@ -474,6 +480,11 @@ func (n *Node) peerRequest(ctx context.Context, method, addr, path string, body 
 			return nil, fmt.Errorf("encode request: %w", err)
 		}
 		rd = bytes.NewReader(b)
+	}
+	if names := n.joinNames.Load(); names != nil {
+		if name, ok := (*names)[addr]; ok {
+			ctx = tlsconf.WithServerName(ctx, name)
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, n.PeerURL(addr, path), rd)
 	if err != nil {

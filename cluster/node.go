@@ -40,6 +40,9 @@ type Node struct {
 	watched   *watchedLog        // the log store below Raft's log cache
 	storage   *storageHealth
 	peers     *peerLogs // sums up the Raft library's failed calls to peers
+	// joinNames maps each address a DNS join entry resolved to, at its
+	// latest lookup, to the name looked up.
+	joinNames atomic.Pointer[map[string]string]
 
 	notifyCh   chan bool
 	proposeCh  chan *proposal

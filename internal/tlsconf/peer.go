@@ -166,12 +166,27 @@ func (p *Peer) HTTPClientConfig(host string) *tls.Config {
 	}
 }
 
+// serverNameKey is the context key of WithServerName.
+type serverNameKey struct{}
+
+// WithServerName returns ctx carrying the host name DialHTTP verifies the
+// server's certificate against in place of the host it dials: for an
+// address found by looking that name up (every address of a headless
+// Service), which no certificate can name ahead of time.
+func WithServerName(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, serverNameKey{}, name)
+}
+
 // DialHTTP dials another node's HTTP listener at addr (host:port) over TLS
-// with HTTPClientConfig, for an http.Transport's DialTLSContext.
+// with HTTPClientConfig, for an http.Transport's DialTLSContext. The
+// certificate must name addr's host, or the name WithServerName put in ctx.
 func (p *Peer) DialHTTP(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("peer address %q: %w", addr, err)
+	}
+	if name, ok := ctx.Value(serverNameKey{}).(string); ok && name != "" {
+		host = name
 	}
 	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: p.HTTPClientConfig(host)}
 	c, err := d.DialContext(ctx, network, addr)

@@ -256,3 +256,50 @@ func TestRaftConfigsBindTheNodeIDNotTheHostName(t *testing.T) {
 		t.Fatal("an HTTP client completed a handshake with the Raft listener")
 	}
 }
+
+// TestDialHTTPVerifiesAgainstTheNameLookedUp: an address a DNS join entry
+// resolved to is verified against the name looked up, which the server's
+// certificate names, not against the IP dialled, which it cannot.
+func TestDialHTTPVerifiesAgainstTheNameLookedUp(t *testing.T) {
+	p := pkitest.New(t, "ca")
+	const service = "holdfast-peers.default.svc.cluster.local"
+	kp, err := p.CA.IssueNode("api", []string{service}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverPair := p.Write("api", kp).Pair(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{serverPair}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			_ = c.Close()
+		}
+	}()
+	peer, err := NewPeer(files(p.Node("n1")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ctx := t.Context()
+	if c, err := peer.DialHTTP(ctx, "tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("a certificate that does not name 127.0.0.1 was accepted for it")
+	}
+	c, err := peer.DialHTTP(WithServerName(ctx, service), "tcp", addr)
+	if err != nil {
+		t.Fatalf("verified against %s: %v", service, err)
+	}
+	c.Close()
+	if c, err := peer.DialHTTP(WithServerName(ctx, "other.default.svc.cluster.local"), "tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("a certificate was accepted for a name it does not have")
+	}
+}
