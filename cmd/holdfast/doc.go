@@ -12,6 +12,7 @@
 //	holdfast exec [flags] -- CMD      run a command under a lease
 //	holdfast work [flags] -- CMD      run a command per claimed job
 //	holdfast dev [flags]              a local cluster of real node processes
+//	holdfast deploy kubernetes        Kubernetes manifests for a cluster, on stdout
 //	holdfast version                  version, commit and Go version
 //	holdfast help                     show this help
 //

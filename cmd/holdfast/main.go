@@ -43,6 +43,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return workCommand(args[1:], stdout, stderr)
 	case "dev":
 		return devCommand(args[1:], stdout, stderr)
+	case "deploy":
+		return deployCommand(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		return version(stdout)
 	case "help", "-h", "--help":
@@ -56,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // commandNames are the top-level commands, for suggestions.
 func commandNames() []string {
-	return []string{"serve", "example-worker", "bench", "tls", "lease", "queue", "cluster", "snapshot", "exec", "work", "dev", "version", "help"}
+	return []string{"serve", "example-worker", "bench", "tls", "lease", "queue", "cluster", "snapshot", "exec", "work", "dev", "deploy", "version", "help"}
 }
 
 func usage(w io.Writer) {
@@ -74,6 +76,7 @@ Commands:
   exec            run a command under a lease, with its fencing token in the environment
   work            run a command for each claimed job: exit 0 acks, anything else releases
   dev             start a local cluster of real node processes on free loopback ports
+  deploy          print Kubernetes manifests for a cluster ("holdfast deploy kubernetes -h")
   version         print the version, commit and Go version
   help            show this help
 
