@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -1074,6 +1075,7 @@ func TestServeRefusesInvalidConfiguration(t *testing.T) {
 		// hashicorp/raft needs an election timeout at least the heartbeat timeout.
 		{"election timeout below heartbeat", []string{"--raft-heartbeat-timeout", "1s", "--raft-election-timeout", "500ms"}, 1, "ElectionTimeout"},
 		{"negative bootstrap-expect", []string{"--bootstrap-expect", "-1"}, 1, "bootstrap-expect"},
+		{"dns join without a port", []string{"--join", "dns:holdfast-peers"}, 1, "must be dns:NAME:PORT"},
 		{"peer certificate alone", []string{"--peer-cert-file", "n1.pem"}, 1, "go together"},
 		{"API certificate without key", []string{"--tls-cert-file", "n1.pem"}, 1, "go together"},
 		{"client auth without TLS", []string{"--tls-client-auth", "require"}, 1, "need TLS on the HTTP listener"},
@@ -1097,6 +1099,28 @@ func TestServeRefusesInvalidConfiguration(t *testing.T) {
 			t.Errorf("%s: log does not mention %q:\n%s", tc.name, tc.log, log)
 		}
 	}
+}
+
+// TestDNSJoinSaysWhatItResolvedTo: a node forming a cluster through a
+// dns: join entry logs the name and the addresses it resolved to while it
+// waits for the others.
+func TestDNSJoinSaysWhatItResolvedTo(t *testing.T) {
+	t.Parallel()
+	c := env.NewCluster(t, 1, harness.Options{})
+	n := c.Node(0)
+	_, port, err := net.SplitHostPort(n.HTTPAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := "dns:localhost:" + port
+	c.Start(n, "--bootstrap-expect", "3", "--join", entry)
+	c.Eventually("the wait to name the join entry and what it resolved to", func() error {
+		log := n.LogSinceStart()
+		if !strings.Contains(log, entry+" resolved to ") || !strings.Contains(log, "127.0.0.1") || !strings.Contains(log, "1 of 3 expected nodes answered") {
+			return fmt.Errorf("log so far:\n%s", log)
+		}
+		return nil
+	})
 }
 
 // TestSettingsPutRejectsNullBody: the body of PUT /cluster/settings must
