@@ -55,6 +55,10 @@ func TestDNSJoinEntriesAreResolvedAtEachAttempt(t *testing.T) {
 	if len(addrs) != 1 || !strings.Contains(seen, "dns:nowhere.svc:7070 resolved to nothing") {
 		t.Fatalf("unresolvable name: %v %q", addrs, seen)
 	}
+	// A failed lookup forgets no name an earlier one found.
+	if names := *n.joinNames.Load(); names["10.0.0.21:7070"] != "holdfast-peers.default.svc" || names["10.0.0.11:7070"] != "holdfast-peers.default.svc" {
+		t.Fatalf("names after a failed lookup: %v", names)
+	}
 	r["empty.svc"] = nil
 	n.cfg.Join = []string{"dns:empty.svc:7070"}
 	if _, _, err := n.joinAddrs(context.Background()); err == nil || !strings.Contains(err.Error(), "no addresses") {

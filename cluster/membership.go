@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -227,17 +228,21 @@ func ParseDNSJoin(entry string) (name, port string, ok bool, err error) {
 	return name, port, true, nil
 }
 
+// maxJoinNames bounds joinNames: past it, only the latest lookup's
+// addresses are kept.
+const maxJoinNames = 1024
+
 // joinAddrs is Join with every DNS entry replaced by the addresses its
 // name resolves to now; with peer TLS each such address is verified
-// against the name (joinNames, peerRequest). The error names each entry that failed to resolve
-// or resolved to nothing; the addresses of the others are still returned.
-// seen describes what each DNS entry resolved to, for the node's log and
-// errors.
+// against the name (joinNames, peerRequest). The error names each entry
+// that failed to resolve or resolved to nothing; the addresses of the
+// others are still returned. seen describes what each DNS entry resolved
+// to, for the node's log and errors.
 func (n *Node) joinAddrs(ctx context.Context) (addrs []string, seen string, err error) {
 	var notes []string
 	var errs []error
 	names := map[string]string{}
-	defer n.joinNames.Store(&names)
+	defer n.rememberJoinNames(names)
 	for _, entry := range n.cfg.Join {
 		name, port, isDNS, perr := ParseDNSJoin(entry)
 		switch {
@@ -270,6 +275,23 @@ func (n *Node) joinAddrs(ctx context.Context) (addrs []string, seen string, err 
 		notes = append(notes, fmt.Sprintf("%s resolved to %s", entry, strings.Join(ips, ", ")))
 	}
 	return addrs, strings.Join(notes, "; "), errors.Join(errs...)
+}
+
+// rememberJoinNames adds a lookup's addresses to joinNames. Lookups run
+// concurrently (forming, registering, clock samples) and one may fail
+// while another succeeds, so the names of earlier lookups are kept.
+func (n *Node) rememberJoinNames(found map[string]string) {
+	for {
+		old := n.joinNames.Load()
+		merged := map[string]string{}
+		if old != nil && len(*old)+len(found) <= maxJoinNames {
+			maps.Copy(merged, *old)
+		}
+		maps.Copy(merged, found)
+		if n.joinNames.CompareAndSwap(old, &merged) {
+			return
+		}
+	}
 }
 
 // formLoop finds or forms the cluster for a node without state: it joins a
