@@ -7,7 +7,8 @@
 // args and environment of its container, expanded as the kubelet expands
 // them, as root in its own network, mount and UTS namespaces: hostname the
 // pod's name, the binary at the command's path on a tmpfs, a persistent
-// directory (the PersistentVolumeClaim) at the volume's mount path, and an
+// directory (the PersistentVolumeClaim) at the volume's mount path, a
+// Secret's volume laid out as the kubelet's (with --tls-secret), and an
 // /etc/hosts standing in for cluster DNS. Hosts reach one another only
 // through a TCP proxy of this package that adds 1 ms ± 0.25 ms each way
 // (the kernel of the machines it runs on has no netem). Cutting a host off

@@ -646,8 +646,9 @@ func mustIdentity(t *testing.T, d *Deployment) Identity {
 
 // cliEnv is the environment of a holdfast command run in the client host:
 // the test's own without HOLDFAST_* settings, the client Service as the
-// address, and the cluster key (operator calls from off the pods' hosts
-// need it).
+// address, the cluster key (operator calls from off the pods' hosts need
+// it), and with TLS the CA file (HOLDFAST_CA_FILE: the commands then use
+// https).
 func cliEnv(d *Deployment) []string {
 	var out []string
 	for _, kv := range os.Environ() {
@@ -655,7 +656,11 @@ func cliEnv(d *Deployment) []string {
 			out = append(out, kv)
 		}
 	}
-	return append(out, "HOLDFAST_ADDR="+d.ServiceAddr(), "HOLDFAST_CLUSTER_KEY="+d.Key)
+	out = append(out, "HOLDFAST_ADDR="+d.ServiceAddr(), "HOLDFAST_CLUSTER_KEY="+d.Key)
+	if d.opts.CAFile != "" {
+		out = append(out, "HOLDFAST_CA_FILE="+d.opts.CAFile)
+	}
+	return out
 }
 
 // clusterStatusCLI runs `holdfast cluster status` in the client host and

@@ -7,11 +7,14 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -57,6 +60,17 @@ type Options struct {
 	ExtraArgs []string
 	// Dir holds the pods' volumes and logs (default t.TempDir()).
 	Dir string
+	// DeployArgs are added to `holdfast deploy kubernetes --image x
+	// --replicas N` (--tls-secret NAME).
+	DeployArgs []string
+	// Secrets are the namespace's Secrets by name, each key's bytes: what
+	// a secret volume of the pod holds and a secretKeyRef gives (the
+	// cluster key the test makes stands for any Secret not listed).
+	Secrets map[string]map[string][]byte
+	// CAFile is the PEM CA bundle the test's client and the holdfast
+	// commands it runs in the client host trust, for a manifest whose
+	// probes are HTTPS (the API serves TLS).
+	CAFile string
 }
 
 // Deployment is the StatefulSet of `holdfast deploy kubernetes` run on the
@@ -83,9 +97,11 @@ type Deployment struct {
 	// Pods are the StatefulSet's pods, by ordinal.
 	Pods []*Pod
 
-	ports     []int // the container ports every proxy pair covers
-	httpPort  int   // the readiness probe's port
+	ports     []int  // the container ports every proxy pair covers
+	httpPort  int    // the readiness probe's port
+	scheme    string // the probe's scheme: http, or https when the API serves TLS
 	client    *http.Client
+	probe     *http.Client // the kubelet's: HTTPS without checking the certificate
 	spawn     *spawner
 	closeOnce sync.Once
 
@@ -117,7 +133,7 @@ func NewDeployment(t testing.TB, opts Options) *Deployment {
 	if err := Requirements(); err != nil {
 		t.Fatal(err)
 	}
-	w, err := LoadWorkload(context.Background(), opts.Binary, opts.Replicas)
+	w, err := LoadWorkload(context.Background(), opts.Binary, opts.Replicas, opts.DeployArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,12 +159,31 @@ func NewDeployment(t testing.TB, opts Options) *Deployment {
 			}
 		}
 	})
-	d.client = &http.Client{Transport: &http.Transport{
-		Proxy:               nil,
-		DialContext:         d.dialFromClient,
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     30 * time.Second,
-	}}
+	d.scheme = "http"
+	var roots *x509.CertPool
+	if w.ReadinessScheme() == corev1.URISchemeHTTPS {
+		d.scheme = "https"
+		pem, err := os.ReadFile(opts.CAFile)
+		if err != nil {
+			t.Fatalf("the probes are HTTPS: the test's client needs Options.CAFile: %v", err)
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			t.Fatalf("no certificate in %s", opts.CAFile)
+		}
+	}
+	transport := func(tc *tls.Config) *http.Client {
+		return &http.Client{Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         d.dialFromClient,
+			TLSClientConfig:     tc,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     30 * time.Second,
+		}}
+	}
+	d.client = transport(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
+	// The kubelet's HTTPS probe does not check the certificate.
+	d.probe = transport(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // as the kubelet probes
 	for i := 0; i < opts.Replicas; i++ {
 		dir := filepath.Join(opts.Dir, w.PodName(i))
 		p := &Pod{Index: i, Name: w.PodName(i), Host: nw.Hosts[i], Dir: dir, LogPath: filepath.Join(dir, "stderr.log"), d: d}
@@ -156,6 +191,9 @@ func NewDeployment(t testing.TB, opts Options) *Deployment {
 			if err := os.MkdirAll(p.VolumeDir(m.Name), 0o755); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if err := os.MkdirAll(p.scratchDir(), 0o755); err != nil {
+			t.Fatal(err)
 		}
 		d.Pods = append(d.Pods, p)
 		a, err := nw.Allocate()
@@ -391,9 +429,13 @@ func (d *Deployment) PodIPAddr(i int) string {
 }
 
 // Do sends one request from the client host to addr (host:port) and reads
-// the whole answer. body, when not nil, is sent as JSON; header adds
-// headers.
+// the whole answer, over HTTPS checked against Options.CAFile when the API
+// serves TLS. body, when not nil, is sent as JSON; header adds headers.
 func (d *Deployment) Do(ctx context.Context, method, addr, path string, body any, header http.Header) (*harness.Response, error) {
+	return d.do(ctx, d.client, method, addr, path, body, header)
+}
+
+func (d *Deployment) do(ctx context.Context, client *http.Client, method, addr, path string, body any, header http.Header) (*harness.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -402,7 +444,7 @@ func (d *Deployment) Do(ctx context.Context, method, addr, path string, body any
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, d.scheme+"://"+addr+path, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +454,7 @@ func (d *Deployment) Do(ctx context.Context, method, addr, path string, body any
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := d.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -442,9 +484,10 @@ func (d *Deployment) Status(ctx context.Context, i int, hash bool) (harness.Stat
 }
 
 // Ready reports whether pod i's readiness probe passes: GET of the probe's
-// path on the pod's own address, as the kubelet probes it.
+// path on the pod's own address with the probe's scheme, as the kubelet
+// probes it (HTTPS without checking the certificate).
 func (d *Deployment) Ready(ctx context.Context, i int) error {
-	r, err := d.Do(ctx, http.MethodGet, d.PodIPAddr(i), d.Workload.ReadinessPath(), nil, nil)
+	r, err := d.do(ctx, d.probe, http.MethodGet, d.PodIPAddr(i), d.Workload.ReadinessPath(), nil, nil)
 	if err != nil {
 		return err
 	}
@@ -514,6 +557,7 @@ func (d *Deployment) close() {
 	wg.Wait()
 	d.spawn.close()
 	d.client.CloseIdleConnections()
+	d.probe.CloseIdleConnections()
 	d.mu.Lock()
 	for _, ps := range d.proxies {
 		for _, p := range ps {
@@ -524,41 +568,93 @@ func (d *Deployment) close() {
 }
 
 // podScript runs as `sh -c podScript sh HOSTNAME BINARY COMMAND RO PRIVS
-// N SRC1 DST1 ... SRCN DSTN ARGV...` in the pod's new mount and UTS
-// namespaces: it names the host, mounts a tmpfs over the command's
+// SCRATCH N SRC1 DST1 RO1 ... SRCN DSTN ROn ARGV...` in the pod's new mount
+// and UTS namespaces: it names the host, mounts a tmpfs over the command's
 // directory with the binary bind-mounted as the command, bind-mounts each
-// volume at its mount path (over a tmpfs on the parent when the path does
-// not exist: the machine's directories are never written), makes the root
+// volume at its mount path, read-only when its ROi is 1, and makes the root
 // file system read-only in this mount namespace when RO is 1
 // (readOnlyRootFilesystem; the volumes and /dev, /proc, /sys, /etc/hosts
 // stay as they are), and execs ARGV with exactly the environment it was
 // given, through setpriv(1) with PRIVS (the securityContext's user, groups
 // and privileges) when PRIVS is not empty.
+//
+// The machine's directories are never written. A mount path whose parent
+// exists but not itself (/var/lib/holdfast) gets a tmpfs over the parent. One
+// whose parent does not exist either (/etc/holdfast/tls) gets an overlay
+// over its deepest existing ancestor (/etc), its upper layer on a tmpfs at
+// SCRATCH, so the ancestor's files stay visible and the directories are
+// made in the overlay; the mounts under the ancestor (the hosts files `ip
+// netns exec` bind-mounted over /etc/hosts, ...) are moved back on top of
+// it. With RO, those covering mounts are made read-only too.
 const podScript = `set -e
 echo "$1" > /proc/sys/kernel/hostname
-bin=$2 cmd=$3 ro=$4 privs=$5 n=$6
-shift 6
+bin=$2 cmd=$3 ro=$4 privs=$5 scratch=$6 n=$7
+shift 7
 mount -t tmpfs -o mode=0755 tmpfs "${cmd%/*}"
 : > "$cmd"
 mount --bind "$bin" "$cmd"
-covered=
+covered= layers=0
+cover() {
+	case " $covered " in
+	*" $1 "*) return ;;
+	esac
+	covered="$covered $1"
+	if [ "$2" = tmpfs ]; then
+		mount -t tmpfs -o mode=0755 tmpfs "$1"
+		return
+	fi
+	if [ "$layers" = 0 ]; then
+		mount -t tmpfs -o mode=0700 tmpfs "$scratch"
+	fi
+	layers=$((layers + 1))
+	s=$scratch/$layers
+	mkdir -p "$s/upper" "$s/work" "$s/keep"
+	kept= j=0
+	for m in $(awk -v a="$1/" 'index($5, a) == 1 { print $5 }' /proc/self/mountinfo); do
+		under=
+		for k in $kept; do
+			case $m in "$k"/*) under=1 ;; esac
+		done
+		[ -z "$under" ] || continue
+		j=$((j + 1))
+		if [ -d "$m" ]; then mkdir "$s/keep/$j"; else : > "$s/keep/$j"; fi
+		mount --rbind "$m" "$s/keep/$j"
+		kept="$kept $m"
+	done
+	mount -t overlay overlay -o "lowerdir=$1,upperdir=$s/upper,workdir=$s/work" "$1"
+	j=0
+	for m in $kept; do
+		j=$((j + 1))
+		mount --move "$s/keep/$j" "$m"
+	done
+}
 while [ "$n" -gt 0 ]; do
-	src=$1 dst=$2
-	shift 2
+	src=$1 dst=$2 volro=$3
+	shift 3
 	n=$((n - 1))
 	if [ ! -d "$dst" ]; then
-		case " $covered " in
-		*" ${dst%/*} "*) ;;
-		*)
-			mount -t tmpfs -o mode=0755 tmpfs "${dst%/*}"
-			covered="$covered ${dst%/*}"
-			;;
-		esac
-		mkdir "$dst"
+		if [ -d "${dst%/*}" ]; then
+			cover "${dst%/*}" tmpfs
+		else
+			a=${dst%/*}
+			while [ -n "$a" ] && [ ! -d "$a" ]; do a=${a%/*}; done
+			if [ -z "$a" ]; then
+				echo "test/hosts: no directory to cover for $dst" >&2
+				exit 1
+			fi
+			cover "$a" overlay
+		fi
+		mkdir -p "$dst"
 	fi
 	mount --bind "$src" "$dst"
+	if [ "$volro" = 1 ]; then
+		mount -o remount,bind,ro "$dst"
+	fi
 done
 if [ "$ro" = 1 ]; then
+	for c in $covered; do
+		mount -o remount,ro "$c"
+	done
 	mount -o remount,bind,ro /
 fi
 unset PWD
@@ -659,15 +755,17 @@ func (id Identity) setpriv() string {
 
 // setVolumeOwnership gives a volume to the fsGroup as the kubelet does
 // before mounting it (pkg/volume SetVolumeOwnership): every file's group
-// becomes fsGroup and gains group read and write, every directory also
-// group search and the setgid bit; with OnRootMismatch it is skipped when
-// the volume's top directory already has them.
-func (id Identity) setVolumeOwnership(dir string) error {
+// becomes fsGroup and gains group read and write (read only, for a volume
+// the kubelet mounts read-only, as a Secret's), every directory also
+// group search and the setgid bit; with OnRootMismatch (which the kubelet
+// applies to a claim's volume, not to a Secret's) it is skipped when the
+// volume's top directory already has them.
+func (id Identity) setVolumeOwnership(dir string, readOnly bool) error {
 	if id.FSGroup == nil {
 		return nil
 	}
 	gid := int(*id.FSGroup)
-	if id.FSGroupChangeRoot {
+	if id.FSGroupChangeRoot && !readOnly {
 		fi, err := os.Stat(dir)
 		if err != nil {
 			return err
@@ -692,6 +790,9 @@ func (id Identity) setVolumeOwnership(dir string) error {
 			return err
 		}
 		mask := os.FileMode(0o660)
+		if readOnly {
+			mask = 0o440
+		}
 		if fi.IsDir() {
 			mask |= os.ModeSetgid | 0o110
 		}
@@ -765,6 +866,77 @@ type Pod struct {
 // VolumeDir is the directory that backs the volume of that name.
 func (p *Pod) VolumeDir(name string) string { return filepath.Join(p.Dir, "volumes", name) }
 
+// scratchDir is where podScript mounts the tmpfs of its overlays' upper
+// layers (in the pod's mount namespace: the directory stays empty).
+func (p *Pod) scratchDir() string { return filepath.Join(p.Dir, "scratch") }
+
+// prepareVolume readies the directory that backs volume mount m: a
+// claim's volume (volumeClaimTemplates) is kept across starts and given to
+// the fsGroup; a Secret's is laid out afresh from Options.Secrets as the
+// kubelet's secret volume (see writeSecretVolume). It reports whether the
+// kubelet mounts it read-only.
+func (p *Pod) prepareVolume(m corev1.VolumeMount, id Identity) (readOnly bool, err error) {
+	kind, v, err := p.d.Workload.VolumeOf(m.Name)
+	if err != nil {
+		return false, err
+	}
+	dir := p.VolumeDir(m.Name)
+	if kind == claimVolume {
+		return m.ReadOnly, id.setVolumeOwnership(dir, false)
+	}
+	data, ok := p.d.opts.Secrets[v.Secret.SecretName]
+	if !ok && (v.Secret.Optional == nil || !*v.Secret.Optional) {
+		return false, fmt.Errorf("the volume %s: no Secret %q (Options.Secrets)", m.Name, v.Secret.SecretName)
+	}
+	mode := os.FileMode(corev1.SecretVolumeSourceDefaultMode)
+	if v.Secret.DefaultMode != nil {
+		mode = os.FileMode(*v.Secret.DefaultMode)
+	}
+	if err := writeSecretVolume(dir, data, mode); err != nil {
+		return false, fmt.Errorf("the volume %s: %w", m.Name, err)
+	}
+	// A Secret's volume is read-only to the kubelet: its files get group
+	// read, not write, whatever the mount says.
+	if err := id.setVolumeOwnership(dir, true); err != nil {
+		return false, fmt.Errorf("the volume %s: %w", m.Name, err)
+	}
+	return true, nil
+}
+
+// writeSecretVolume lays a Secret's keys out in dir as the kubelet's
+// secret volume does (its AtomicWriter): the files in a directory
+// ..<timestamp>, a symlink ..data to it, and per key a symlink KEY →
+// ..data/KEY; each file of mode mode (the volume's defaultMode, as the
+// kubelet sets it), owned by root. What dir held before is removed.
+func writeSecretVolume(dir string, data map[string][]byte, mode os.FileMode) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	ts := ".." + time.Now().UTC().Format("2006_01_02_15_04_05.000000000")
+	if err := os.MkdirAll(filepath.Join(dir, ts), 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		if strings.ContainsRune(k, '/') || strings.HasPrefix(k, "..") {
+			return fmt.Errorf("key %q is not a file name", k)
+		}
+		f := filepath.Join(dir, ts, k)
+		if err := os.WriteFile(f, data[k], 0o600); err != nil {
+			return err
+		}
+		if err := os.Chmod(f, mode); err != nil {
+			return err
+		}
+		if err := os.Symlink(filepath.Join("..data", k), filepath.Join(dir, k)); err != nil {
+			return err
+		}
+	}
+	return os.Symlink(ts, filepath.Join(dir, "..data"))
+}
+
 // Environment is what the pod's process runs with: the kubelet's view of
 // the manifest for this pod.
 func (p *Pod) Environment() (PodEnvironment, error) {
@@ -773,7 +945,13 @@ func (p *Pod) Environment() (PodEnvironment, error) {
 	for i, s := range w.Services {
 		ips[s.Name] = fmt.Sprintf("10.96.0.%d", 10+i)
 	}
-	env, err := w.PodEnv(p.Index, ips, func(name, key string) (string, bool) { return p.d.Key, true })
+	env, err := w.PodEnv(p.Index, ips, func(name, key string) (string, bool) {
+		if s, ok := p.d.opts.Secrets[name]; ok {
+			v, ok := s[key]
+			return string(v), ok
+		}
+		return p.d.Key, true
+	})
 	if err != nil {
 		return env, err
 	}
@@ -806,12 +984,16 @@ func (p *Pod) Start() error {
 		return fmt.Errorf("start %s: the container's workingDir %q is not supported", p.Name, c.WorkingDir)
 	}
 	args := []string{"netns", "exec", p.Host.Name, "unshare", "--mount", "--uts", "sh", "-c", podScript, "sh",
-		p.Name, p.d.opts.Binary, env.Argv[0], ro, id.setpriv(), strconv.Itoa(len(c.VolumeMounts))}
+		p.Name, p.d.opts.Binary, env.Argv[0], ro, id.setpriv(), p.scratchDir(), strconv.Itoa(len(c.VolumeMounts))}
 	for _, m := range c.VolumeMounts {
-		if err := id.setVolumeOwnership(p.VolumeDir(m.Name)); err != nil {
-			return fmt.Errorf("start %s: the volume %s: %w", p.Name, m.Name, err)
+		if m.SubPath != "" || m.SubPathExpr != "" {
+			return fmt.Errorf("start %s: the volume mount %s has a subPath, which the test does not mount", p.Name, m.Name)
 		}
-		args = append(args, p.VolumeDir(m.Name), m.MountPath)
+		volRO, err := p.prepareVolume(m, id)
+		if err != nil {
+			return fmt.Errorf("start %s: %w", p.Name, err)
+		}
+		args = append(args, p.VolumeDir(m.Name), m.MountPath, map[bool]string{false: "0", true: "1"}[volRO])
 	}
 	args = append(args, env.Argv...)
 	f, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -937,13 +1119,16 @@ func (p *Pod) Exit() string {
 	return p.exit
 }
 
-// Wipe empties the pod's volumes (it must not be running), as a new
-// PersistentVolume would be.
+// Wipe empties the pod's claims' volumes (it must not be running), as a
+// new PersistentVolume would be.
 func (p *Pod) Wipe() error {
 	if p.Running() {
 		return fmt.Errorf("wipe %s: it is running", p.Name)
 	}
 	for _, m := range p.d.Workload.Container().VolumeMounts {
+		if kind, _, err := p.d.Workload.VolumeOf(m.Name); err != nil || kind != claimVolume {
+			continue
+		}
 		dir := p.VolumeDir(m.Name)
 		ents, err := os.ReadDir(dir)
 		if err != nil {
@@ -1128,16 +1313,17 @@ type Workload struct {
 	Kinds []string
 }
 
-// LoadWorkload runs `binary deploy kubernetes --image x --replicas N` and
-// decodes its output.
-func LoadWorkload(ctx context.Context, binary string, replicas int) (*Workload, error) {
+// LoadWorkload runs `binary deploy kubernetes --image x --replicas N
+// [extra...]` and decodes its output.
+func LoadWorkload(ctx context.Context, binary string, replicas int, extra ...string) (*Workload, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, binary, "deploy", "kubernetes", "--image", "x", "--replicas", strconv.Itoa(replicas))
+	args := append([]string{"deploy", "kubernetes", "--image", "x", "--replicas", strconv.Itoa(replicas)}, extra...)
+	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("holdfast deploy kubernetes --image x --replicas %d: %w\n%s", replicas, err, stderr.Bytes())
+		return nil, fmt.Errorf("holdfast %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
 	}
 	w, err := ParseWorkload(stdout.Bytes())
 	if err != nil {
@@ -1296,6 +1482,11 @@ func (w *Workload) Check(replicas int) error {
 	if len(c.Command) == 0 {
 		errs = append(errs, errors.New("the container has no command"))
 	}
+	for _, m := range c.VolumeMounts {
+		if _, _, err := w.VolumeOf(m.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil {
 		errs = append(errs, errors.New("the container has no HTTP readiness probe"))
 	} else if _, err := w.ReadinessPort(); err != nil {
@@ -1312,6 +1503,45 @@ func (w *Workload) ReadinessPort() (int, error) {
 		return 0, errors.New("no HTTP readiness probe")
 	}
 	return w.portOf(c.ReadinessProbe.HTTPGet.Port)
+}
+
+// ReadinessScheme is the readiness probe's scheme (HTTP when unset).
+func (w *Workload) ReadinessScheme() corev1.URIScheme {
+	c := w.Container()
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Scheme == "" {
+		return corev1.URISchemeHTTP
+	}
+	return c.ReadinessProbe.HTTPGet.Scheme
+}
+
+// The kinds of volume a pod's volume mount can be backed by.
+const (
+	claimVolume  = "claim"  // a volumeClaimTemplate: a PersistentVolumeClaim per pod
+	secretVolume = "secret" // a pod volume of a Secret
+)
+
+// VolumeOf says what backs the container's volume mount of that name: a
+// volumeClaimTemplate of the StatefulSet, or a volume of the pod's spec,
+// which the test runs only when it is a Secret's.
+func (w *Workload) VolumeOf(name string) (kind string, v corev1.Volume, err error) {
+	for _, c := range w.StatefulSet.Spec.VolumeClaimTemplates {
+		if c.Name == name {
+			return claimVolume, v, nil
+		}
+	}
+	for _, v := range w.StatefulSet.Spec.Template.Spec.Volumes {
+		if v.Name != name {
+			continue
+		}
+		if v.Secret == nil {
+			return "", v, fmt.Errorf("the volume %s is not a Secret's or a claim's, which are the ones the test mounts", name)
+		}
+		if len(v.Secret.Items) > 0 {
+			return "", v, fmt.Errorf("the volume %s lists items of its Secret, which the test does not lay out", name)
+		}
+		return secretVolume, v, nil
+	}
+	return "", v, fmt.Errorf("the volume mount %s names neither a volumeClaimTemplate nor a pod volume", name)
 }
 
 // ReadinessPath is the path of the readiness probe.
