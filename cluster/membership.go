@@ -281,6 +281,9 @@ func (n *Node) joinAddrs(ctx context.Context) (addrs []string, seen string, err 
 // concurrently (forming, registering, clock samples) and one may fail
 // while another succeeds, so the names of earlier lookups are kept.
 func (n *Node) rememberJoinNames(found map[string]string) {
+	if len(found) == 0 {
+		return
+	}
 	for {
 		old := n.joinNames.Load()
 		merged := map[string]string{}

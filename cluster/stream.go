@@ -69,6 +69,21 @@ func advertiseAddr(ln net.Listener, advertise string) (net.Addr, error) {
 	return nameAddr(advertise), nil
 }
 
+// listenAdvertised listens on bind and returns the address to advertise
+// for it (advertiseAddr).
+func listenAdvertised(bind, advertise string) (net.Listener, net.Addr, error) {
+	ln, err := net.Listen("tcp", bind)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen: %w", err)
+	}
+	adv, err := advertiseAddr(ln, advertise)
+	if err != nil {
+		_ = ln.Close()
+		return nil, nil, err
+	}
+	return ln, adv, nil
+}
+
 // redialer dials a peer again and again until it answers, its timeout
 // passes or the node stops. Raft backs off after every failed call to a
 // follower, up to ten seconds after a dozen failures, and nothing shortens
@@ -128,13 +143,8 @@ type tcpStream struct {
 // newTCPStream listens on bind and advertises advertise (see
 // advertiseAddr); dials give up when done is closed.
 func newTCPStream(bind, advertise string, done <-chan struct{}) (*tcpStream, error) {
-	ln, err := net.Listen("tcp", bind)
+	ln, adv, err := listenAdvertised(bind, advertise)
 	if err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
-	}
-	adv, err := advertiseAddr(ln, advertise)
-	if err != nil {
-		_ = ln.Close()
 		return nil, err
 	}
 	return &tcpStream{Listener: ln, advertise: adv, redial: redialer{done: done}}, nil
@@ -179,13 +189,8 @@ type tlsStream struct {
 // newTLSStream listens on bind and advertises advertise (see
 // advertiseAddr); dials give up when done is closed.
 func newTLSStream(bind, advertise string, peer *tlsconf.Peer, log hclog.Logger, done <-chan struct{}) (*tlsStream, error) {
-	ln, err := net.Listen("tcp", bind)
+	ln, adv, err := listenAdvertised(bind, advertise)
 	if err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
-	}
-	adv, err := advertiseAddr(ln, advertise)
-	if err != nil {
-		_ = ln.Close()
 		return nil, err
 	}
 	s := &tlsStream{

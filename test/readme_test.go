@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,29 +19,9 @@ import (
 // the built binary as ./holdfast (the block's `go build` line is the only
 // one left out). A command that fails stops the script.
 func TestReadmeQuickStart(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	script, err := harness.QuickStartScript(filepath.Join("..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	text := string(readme)
-	start := strings.Index(text, "\n## Quick start\n")
-	end := strings.Index(text, "\n## The command line\n")
-	if start < 0 || end < start {
-		t.Fatal("the README has no Quick start section followed by The command line")
-	}
-	var script strings.Builder
-	script.WriteString("set -e\n")
-	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(text[start:end], -1)
-	if len(blocks) < 3 {
-		t.Fatalf("the quick start has %d shell blocks", len(blocks))
-	}
-	for _, b := range blocks {
-		for _, line := range strings.Split(b[1], "\n") {
-			if strings.HasPrefix(line, "go build ") {
-				continue
-			}
-			script.WriteString(line + "\n")
-		}
 	}
 
 	c := env.NewCluster(t, 1, harness.Options{})
@@ -53,7 +32,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The README's node is the default address; this test's node is elsewhere.
-	body := strings.ReplaceAll(script.String(), "127.0.0.1:7070", c.Node(0).HTTPAddr)
+	body := strings.ReplaceAll(script, "127.0.0.1:7070", c.Node(0).HTTPAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-c", body)

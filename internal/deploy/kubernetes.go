@@ -362,6 +362,17 @@ type view struct {
 	KeyKey                    string
 }
 
+// objectMeta is an object's metadata: its name, the namespace and the
+// labels every object carries.
+type objectMeta struct {
+	Name, Namespace, Instance, Version string
+}
+
+// Meta is the metadata of the object called name.
+func (v view) Meta(name string) objectMeta {
+	return objectMeta{Name: name, Namespace: v.Namespace, Instance: v.Name, Version: v.Version}
+}
+
 // LabelValue turns a version string into a Kubernetes label value: at most
 // 63 characters of letters, digits, '-', '_' and '.', starting and ending
 // with a letter or digit. Any other character becomes '-' ("(devel)" is
@@ -402,7 +413,16 @@ var manifests = template.Must(template.New("kubernetes").Funcs(template.FuncMap{
 
 // manifestsTemplate is the four documents. Every value that comes from a
 // flag goes through q; the rest are literals or the constants above.
-const manifestsTemplate = `# holdfast on Kubernetes{{if .Command}}, made by: {{.Command}}{{end}}
+const manifestsTemplate = `{{define "metadata" -}}
+metadata:
+  name: {{q .Name}}
+  namespace: {{q .Namespace}}
+  labels:
+    app.kubernetes.io/name: holdfast
+    app.kubernetes.io/instance: {{q .Instance}}
+    app.kubernetes.io/version: {{q .Version}}
+{{- end -}}
+# holdfast on Kubernetes{{if .Command}}, made by: {{.Command}}{{end}}
 # Before applying: the Secret {{.ClusterKeySecret}} in namespace {{.Namespace}}, with the cluster key under
 # the key {{.KeyKey}}{{if .TLSSecret}}, and the Secret {{.TLSSecret}} with the TLS files, which these
 # commands make with a CA of holdfast's own in ./tls (the README's "Running on Kubernetes"):
@@ -415,13 +435,7 @@ const manifestsTemplate = `# holdfast on Kubernetes{{if .Command}}, made by: {{.
 # The members must find each other before any is ready, so it lists pods that are not ready.
 apiVersion: v1
 kind: Service
-metadata:
-  name: {{q (printf "%s-peers" .Name)}}
-  namespace: {{q .Namespace}}
-  labels:
-    app.kubernetes.io/name: holdfast
-    app.kubernetes.io/instance: {{q .Name}}
-    app.kubernetes.io/version: {{q .Version}}
+{{template "metadata" (.Meta (printf "%s-peers" .Name))}}
 spec:
   clusterIP: None
   publishNotReadyAddresses: true
@@ -439,13 +453,7 @@ spec:
 # The client Service: the members that are ready. Every member answers every API call.
 apiVersion: v1
 kind: Service
-metadata:
-  name: {{q .Name}}
-  namespace: {{q .Namespace}}
-  labels:
-    app.kubernetes.io/name: holdfast
-    app.kubernetes.io/instance: {{q .Name}}
-    app.kubernetes.io/version: {{q .Version}}
+{{template "metadata" (.Meta .Name)}}
 spec:
   type: ClusterIP
   selector:
@@ -458,13 +466,7 @@ spec:
 ---
 apiVersion: apps/v1
 kind: StatefulSet
-metadata:
-  name: {{q .Name}}
-  namespace: {{q .Namespace}}
-  labels:
-    app.kubernetes.io/name: holdfast
-    app.kubernetes.io/instance: {{q .Name}}
-    app.kubernetes.io/version: {{q .Version}}
+{{template "metadata" (.Meta .Name)}}
 spec:
   serviceName: {{q (printf "%s-peers" .Name)}}
   replicas: {{.Replicas}}
@@ -628,13 +630,7 @@ spec:
 # Voluntary disruptions (a node drain) leave at least a quorum, {{.Quorum}} of {{.Replicas}} members, running.
 apiVersion: policy/v1
 kind: PodDisruptionBudget
-metadata:
-  name: {{q .Name}}
-  namespace: {{q .Namespace}}
-  labels:
-    app.kubernetes.io/name: holdfast
-    app.kubernetes.io/instance: {{q .Name}}
-    app.kubernetes.io/version: {{q .Version}}
+{{template "metadata" (.Meta .Name)}}
 spec:
   minAvailable: {{.Quorum}}
   selector:
